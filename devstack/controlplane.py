@@ -1,0 +1,175 @@
+"""etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, as envtest starts them.
+
+Authentication is real: a static token for ``admin`` in ``system:masters`` and RBAC
+authorization, so least-privilege tests can run as ServiceAccounts (TokenRequest works because
+the service-account signing key is configured). The controller manager runs only the garbage
+collector and the namespace controller: ownerReference cascades and namespace deletion.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import ssl
+import subprocess
+import urllib.request
+from pathlib import Path
+
+from .config import REPO, StackConfig
+from .process import read_pid, spawn, stop, wait_until
+
+SERVICE_CIDR = "10.0.0.0/24"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def build_binaries() -> Path:
+    """Build (or find cached) binaries; returns their directory."""
+    out = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-control-plane.sh")],
+        check=True, stdout=subprocess.PIPE, text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def ensure_pki(cfg: StackConfig) -> None:
+    """A CA, a serving certificate for 127.0.0.1/localhost, a service-account key, a token."""
+    pki = cfg.pki_dir
+    pki.mkdir(parents=True, exist_ok=True)
+    if not (pki / "ca.crt").exists():
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+                 "-subj", "/CN=django-crd-operator-local-ca",
+                 "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"))
+    if not (pki / "apiserver.crt").exists():
+        ext = pki / "apiserver.ext"
+        ext.write_text(
+            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+            "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+            "extendedKeyUsage=serverAuth\n"
+        )
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
+                 "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"))
+        _openssl("x509", "-req", "-in", str(pki / "apiserver.csr"), "-CA", str(pki / "ca.crt"),
+                 "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "3650",
+                 "-extfile", str(ext), "-out", str(pki / "apiserver.crt"))
+    if not (pki / "sa.key").exists():
+        _openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+        _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    if not (pki / "tokens.csv").exists():
+        token = secrets.token_hex(24)
+        (pki / "admin.token").write_text(token)
+        (pki / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
+
+
+def write_kubeconfig(cfg: StackConfig) -> None:
+    """A kubeconfig both kubectl and the official Python client accept (JSON is valid YAML)."""
+    token = (cfg.pki_dir / "admin.token").read_text().strip()
+    server = f"https://127.0.0.1:{cfg.apiserver_port}"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": server, "certificate-authority": str(cfg.pki_dir / "ca.crt")}}],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+        "current-context": "local",
+    }
+    cfg.kubeconfig.write_text(json.dumps(doc, indent=2) + "\n")
+    cfg.kubeconfig.chmod(0o600)
+
+
+def _get(cfg: StackConfig, path: str) -> tuple[int, bytes]:
+    ctx = ssl.create_default_context(cafile=str(cfg.pki_dir / "ca.crt"))
+    token = (cfg.pki_dir / "admin.token").read_text().strip()
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{cfg.apiserver_port}{path}",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def ready(cfg: StackConfig) -> bool:
+    """``/readyz`` answers ok and the ``default`` namespace exists."""
+    try:
+        return (_get(cfg, "/readyz")[0] == 200
+                and _get(cfg, "/api/v1/namespaces/default")[0] == 200)
+    except (OSError, FileNotFoundError):
+        return False
+
+
+def start(cfg: StackConfig) -> None:
+    bins = build_binaries()
+    ensure_pki(cfg)
+    write_kubeconfig(cfg)
+    pki = cfg.pki_dir
+    run, logs = cfg.run_dir, cfg.log_dir
+
+    if read_pid(run / "etcd.pid") is None:
+        data = cfg.state_dir / "etcd"
+        pid = spawn("etcd", [
+            str(bins / "etcd"), "--data-dir", str(data), "--name", "local",
+            "--listen-client-urls", f"http://127.0.0.1:{cfg.etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{cfg.etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{cfg.etcd_peer_port}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{cfg.etcd_peer_port}",
+            "--initial-cluster", f"local=http://127.0.0.1:{cfg.etcd_peer_port}",
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ], run, logs)
+        wait_until("etcd", lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{cfg.etcd_port}/health", timeout=2).status == 200,
+            60, logs / "etcd.log", pid)
+
+    if read_pid(run / "kube-apiserver.pid") is None:
+        pid = spawn("kube-apiserver", [
+            str(bins / "kube-apiserver"),
+            "--etcd-servers", f"http://127.0.0.1:{cfg.etcd_port}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(cfg.apiserver_port),
+            "--cert-dir", str(pki),
+            "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"),
+            "--token-auth-file", str(pki / "tokens.csv"),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--authorization-mode", "RBAC",
+            "--service-account-issuer", ISSUER,
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--disable-admission-plugins", "ServiceAccount",
+            "--endpoint-reconciler-type", "none",
+            "--allow-privileged=true",
+            "--v", "1",
+        ], run, logs)
+        wait_until("kube-apiserver", lambda: ready(cfg), 180, logs / "kube-apiserver.log", pid)
+
+    if read_pid(run / "kube-controller-manager.pid") is None:
+        spawn("kube-controller-manager", [
+            str(bins / "kube-controller-manager"),
+            "--kubeconfig", str(cfg.kubeconfig),
+            "--controllers", "garbage-collector-controller,namespace-controller",
+            "--leader-elect=false",
+            "--bind-address", "127.0.0.1",
+            "--secure-port", "0",
+            "--concurrent-gc-syncs", "5",
+            "--v", "1",
+        ], run, logs)
+    wait_until("kube-apiserver", lambda: ready(cfg), 180, logs / "kube-apiserver.log")
+
+
+def stop_all(cfg: StackConfig) -> list[str]:
+    stopped = []
+    for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+        if stop(name, cfg.run_dir):
+            stopped.append(name)
+    return stopped
+
+
+def binary_dir() -> Path:
+    return build_binaries()

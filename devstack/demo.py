@@ -1,0 +1,118 @@
+"""``make demo``: the operator on the local stack, in the foreground, until Ctrl-C.
+
+Runs migrations, makes an admin user (password kept in ``.local/admin-password`` and printed),
+then starts every role as a child process - web (the admin), Celery worker, Celery beat, and
+the watch workers once they exist - prefixing their output with the role's name. Ctrl-C (or
+SIGTERM) stops them all and waits for them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from operator_project.environ import load_env_file
+
+from . import config
+
+ROLES_BEFORE_WATCH = ("web", "worker", "beat")
+
+
+def _manage(*args: str) -> list[str]:
+    return [sys.executable, str(config.REPO / "manage.py"), *args]
+
+
+def _role_commands(cfg: config.StackConfig, port: int) -> dict[str, list[str]]:
+    commands = {
+        "web": _manage("runserver", f"127.0.0.1:{port}", "--noreload"),
+        "worker": [sys.executable, "-m", "celery", "-A", "operator_project", "worker",
+                   "--loglevel", "INFO", "--concurrency", "2", "--without-gossip",
+                   "--without-mingle"],
+        "beat": [sys.executable, "-m", "celery", "-A", "operator_project", "beat",
+                 "--loglevel", "INFO", "--schedule", str(cfg.state_dir / "celerybeat-schedule")],
+    }
+    if (config.REPO / "reconcilers" / "management" / "commands" / "watch.py").exists():
+        commands["watcher"] = _manage("watch")
+    return commands
+
+
+def _admin_password(cfg: config.StackConfig) -> str:
+    path = cfg.state_dir / "admin-password"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(12))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _pump(name: str, stream, out) -> None:
+    for line in iter(stream.readline, b""):
+        out.write(f"{name:>8} | {line.decode(errors='replace')}")
+        out.flush()
+
+
+def main() -> int:
+    cfg = config.load()
+    load_env_file(cfg.env_file)
+    port = int(os.environ.get("OPERATOR_DEMO_PORT", "8000"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "operator_project.settings"}
+    password = _admin_password(cfg)
+
+    subprocess.run(_manage("migrate", "--noinput", "-v", "0"), check=True, env=env)
+    subprocess.run(_manage("ensureadmin"), check=True,
+                   env={**env, "DJANGO_SUPERUSER_USERNAME": "admin",
+                        "DJANGO_SUPERUSER_PASSWORD": password})
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+
+    children: dict[str, subprocess.Popen] = {}
+    for name, argv in _role_commands(cfg, port).items():
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        children[name] = proc
+        threading.Thread(target=_pump, args=(name, proc.stdout, sys.stdout), daemon=True).start()
+
+    print(
+        "\n"
+        f"  Admin:      http://127.0.0.1:{port}/admin/\n"
+        f"  Login:      admin / {password}\n"
+        f"  Kubeconfig: {cfg.kubeconfig}   (kubectl: {os.environ.get('OPERATOR_CONTROL_PLANE_BIN', '')}/kubectl)\n"
+        f"  Running:    {', '.join(children)}\n"
+        "  Ctrl-C stops everything started here (make down stops the stack).\n",
+        flush=True,
+    )
+
+    exit_code = 0
+    while not stopping.is_set():
+        for name, proc in children.items():
+            if proc.poll() is not None:
+                print(f"demo: {name} exited with {proc.returncode}; stopping", flush=True)
+                exit_code = 1
+                stopping.set()
+                break
+        stopping.wait(0.5)
+
+    print("demo: stopping " + ", ".join(children), flush=True)
+    for proc in children.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for proc in children.values():
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    print("demo: stopped", flush=True)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Django settings, 12-factor: everything that differs between machines comes from the environment.
+
+Local development gets safe defaults from ``.local/env`` (written by ``make up``); production must
+set ``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL`` and ``ALLOWED_HOSTS`` itself. The operator's
+own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/conf.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .environ import env_bool, env_int, env_list, load_env_file, parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+load_env_file(Path(os.environ.get("OPERATOR_ENV_FILE", BASE_DIR / ".local" / "env")))
+
+DEBUG = env_bool("DEBUG", False)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-development-only-key"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "reconcilers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "operator_project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "operator_project.wsgi.application"
+
+_database_url = os.environ.get("DATABASE_URL", "")
+if not _database_url:
+    if not DEBUG:
+        raise ImproperlyConfigured("DATABASE_URL must be set when DEBUG is off")
+    _database_url = "postgres://operator:operator@127.0.0.1:15432/operator"
+DATABASES = {"default": parse_database_url(_database_url)}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+# The reconcilers app keeps its migrations in the top-level ``migrations/`` package.
+MIGRATION_MODULES = {"reconcilers": "migrations"}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
+
+# --- Celery ---------------------------------------------------------------------------------
+# Tasks carry keys, never objects; they are idempotent, so a message is acknowledged only after
+# the run (acks_late) and given back when a worker dies mid-run (reject_on_worker_lost). The
+# work ledger, not Celery, guarantees one run per key at a time.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Seconds before Redis redelivers an unacknowledged message. Delays longer than this are
+    # kept in the ledger and sent by beat when due, never as Redis countdowns.
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+}
+CELERY_TIMEZONE = TIME_ZONE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "kubernetes": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+    },
+}

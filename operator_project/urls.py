@@ -1,0 +1,8 @@
+"""URLs: the admin at /admin/."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]

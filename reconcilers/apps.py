@@ -1,0 +1,9 @@
+"""App configuration: loads every installed app's ``reconcilers.py`` at start-up."""
+
+from django.apps import AppConfig
+
+
+class ReconcilersConfig(AppConfig):
+    name = "reconcilers"
+    verbose_name = "Reconcilers"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,184 @@
+"""What the operator remembers: registered reconcilers, the work ledger, history, watch streams.
+
+The work ledger's state machine lives in ``ledger.py`` beside these models (each transition is a
+single SQL statement); this module holds only the tables and their vocabulary.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class Outcome(models.TextChoices):
+    """One vocabulary for how a run ended: database, logs, metrics and admin all use it."""
+
+    SUCCESS = "success"
+    REQUEUE = "requeue"
+    REQUEUE_AFTER = "requeue_after"
+    ERROR = "error"
+    PERMANENT = "permanent"
+    GONE = "gone"
+    SKIPPED = "skipped"
+
+
+class Trigger(models.TextChoices):
+    """Why a key was enqueued. A run absorbs every trigger that arrived while it waited."""
+
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    OWNED = "owned-child"
+    RESYNC = "resync"
+    MANUAL = "manual"
+    RETRY = "retry"
+    REQUEUE = "requeue"
+    RELIST = "relist"
+
+
+class State(models.TextChoices):
+    """Ledger states. ``queued`` has a message on its way; ``backoff`` waits for ``due_at``."""
+
+    IDLE = "idle"
+    QUEUED = "queued"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+
+
+class RegisteredReconciler(models.Model):
+    """One row per reconciler registered in code, refreshed when workers or the watcher start."""
+
+    name = models.CharField(max_length=253, unique=True, help_text="<plural>.<group>")
+    group = models.CharField(max_length=253, blank=True)
+    version = models.CharField(max_length=63)
+    kind = models.CharField(max_length=63)
+    plural = models.CharField(max_length=63)
+    namespaced = models.BooleanField(default=True)
+    declared_level = models.PositiveSmallIntegerField(default=1)
+    owns = models.JSONField(default=list, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "reconciler"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkItem(models.Model):
+    """The durable WorkQueue: one row per object key.
+
+    Invariants (kept by ``ledger.py``): at most one run per row at any instant (only the holder
+    of the current ``token`` may move ``queued -> running``); ``dirty`` is true only while
+    ``running`` and means "run again when this run ends"; ``attempts`` counts consecutive
+    failures and is reset by a success (client-go's Forget).
+    """
+
+    reconciler = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=253, blank=True, default="")
+    name = models.CharField(max_length=253)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.IDLE)
+    # Bumped on every transition that sends a message; a message whose token differs is stale.
+    token = models.BigIntegerField(default=0)
+    dirty = models.BooleanField(default=False)
+    paused = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=0)
+    pending_triggers = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    running_triggers = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    pending_audit = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    running_audit = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    # NULL while a queued item's message has not been handed to the broker (the outbox).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=255, blank=True, default="")
+    last_outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["reconciler", "namespace", "name"], name="workitem_unique_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["state", "due_at"], name="workitem_state_due"),
+            models.Index(fields=["reconciler", "state"], name="workitem_reconciler_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key_str
+
+    @property
+    def key_str(self) -> str:
+        obj = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.reconciler}:{obj}"
+
+
+class ReconcileRecord(models.Model):
+    """One row per reconcile run: what it saw, how it ended, where it ran."""
+
+    reconciler = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=253, blank=True, default="")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True, default="")
+    triggers = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    requeue_after = models.FloatField(null=True, blank=True)
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    resource_version = models.CharField(max_length=64, blank=True, default="")
+    generation = models.BigIntegerField(null=True, blank=True)
+    worker = models.CharField(max_length=255, blank=True, default="")
+    task_id = models.CharField(max_length=255, blank=True, default="")
+    audit_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["reconciler", "namespace", "name", "started_at"],
+                         name="record_key_started"),
+            models.Index(fields=["started_at"], name="record_started"),
+            models.Index(fields=["outcome", "started_at"], name="record_outcome_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reconciler}:{self.namespace}/{self.name} {self.outcome}"
+
+
+class WatchStream(models.Model):
+    """The Reflector's health, per watched resource: what the admin shows about each stream."""
+
+    reconciler = models.CharField(max_length=253)
+    resource = models.CharField(max_length=253, help_text="group/version/plural")
+    role = models.CharField(max_length=16, default="primary")
+    connected = models.BooleanField(default=False)
+    holder = models.CharField(max_length=255, blank=True, default="")
+    resource_version = models.CharField(max_length=64, blank=True, default="")
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    last_list_at = models.DateTimeField(null=True, blank=True)
+    events = models.BigIntegerField(default=0)
+    relists = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["reconciler", "resource"], name="watchstream_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reconciler} <- {self.resource}"

@@ -1,0 +1,203 @@
+"""The fixture layer: real services only.
+
+Every fixture here talks to a real process started by ``make up`` (``python -m devstack up``):
+
+- ``stack``          (session) the local stack's settings; fails with a clear message when the
+                     control plane is not up (``make test`` brings it up first).
+- ``kube``           (session) a ``kubernetes.client.ApiClient`` authenticated as the admin user.
+- ``namespace``      a fresh namespace per test, deleted afterwards.
+- ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
+- ``worker_db_url``  a DATABASE_URL pointing at pytest-django's test database, so processes a
+                     test starts see the same rows the test does (tests using it need
+                     ``transaction=True``, or their rows stay invisible to other processes).
+- ``start_process``  a factory for real subprocesses (Celery workers, ``manage.py watch``) with
+                     the test's settings; each is stopped at the end of the test and its log is
+                     printed when the test fails.
+- ``celery_worker``  a factory that starts a real ``celery worker`` process and waits until it
+                     consumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from devstack import config as stack_config  # noqa: E402
+from devstack import controlplane  # noqa: E402
+
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def stack() -> stack_config.StackConfig:
+    cfg = stack_config.load()
+    if not cfg.kubeconfig.exists() or not controlplane.ready(cfg):
+        pytest.fail(
+            f"the local control plane is not running (state in {cfg.state_dir}); "
+            "run `make up` or use `make test`",
+            pytrace=False,
+        )
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def kube(stack):
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(stack.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"test": "true"}}})
+    yield name
+    try:
+        core.delete_namespace(name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+
+
+@pytest.fixture
+def redis_client(stack):
+    import redis
+    from django.conf import settings
+
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.flushdb()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def worker_db_url(django_db_setup, django_db_blocker) -> str:
+    from django.db import connection
+
+    s = connection.settings_dict
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    _stopped: bool = field(default=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if self.popen.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} never logged {text!r}:\n{self.log()[-4000:]}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (a Celery worker and its pool children)."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 15) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.popen.poll() is None:
+            self.kill(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+                self.popen.wait(10)
+
+
+@pytest.fixture
+def start_process(request, worker_db_url, stack) -> Iterator[Callable[..., Process]]:
+    from django.conf import settings
+
+    started: list[Process] = []
+    log_dir = ARTIFACTS / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        log_path = log_dir / f"{request.node.name[:80]}-{name}-{len(started)}.log"
+        log = open(log_path, "wb")
+        proc_env = {
+            **os.environ,
+            "DATABASE_URL": worker_db_url,
+            "REDIS_URL": settings.REDIS_URL,
+            "KUBECONFIG": str(stack.kubeconfig),
+            "DEBUG": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        popen = subprocess.Popen(
+            argv, cwd=REPO, env=proc_env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+        proc = Process(name, popen, log_path)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for proc in started:
+            sys.stderr.write(f"\n--- log of {proc.name} ---\n{proc.log()[-6000:]}\n")
+
+
+@pytest.fixture
+def celery_worker(start_process) -> Callable[..., Process]:
+    def start(name: str = "worker", concurrency: int = 1, queues: str | None = None,
+              env: dict[str, str] | None = None) -> Process:
+        argv = [
+            sys.executable, "-m", "celery", "-A", "operator_project", "worker",
+            "--loglevel", "INFO", "--pool", "prefork", "--concurrency", str(concurrency),
+            "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
+            "--without-gossip", "--without-mingle",
+        ]
+        if queues:
+            argv += ["--queues", queues]
+        proc = start_process(name, argv, env)
+        proc.wait_for_log("ready.", timeout=60)
+        return proc
+
+    return start
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
