@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .environ import env_bool, env_int, env_list, load_env_file, parse_database_url
+from .environ import env_bool, env_float, env_int, env_list, load_env_file, parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -38,6 +38,12 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "reconcilers",
 ]
+
+# The sample operators (kubernetes/sample-controller's Foo): on in development and tests
+# (.local/env sets it), off by default in production.
+OPERATOR_SAMPLES = env_bool("OPERATOR_SAMPLES", False)
+if OPERATOR_SAMPLES:
+    INSTALLED_APPS.append("reconcilers.contrib.samplecontroller")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -119,6 +125,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
 }
 CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {
+    # The reaper also sends retries whose delay was too long for a broker countdown.
+    "reconcilers-reap": {"task": "reconcilers.reap",
+                         "schedule": env_float("RECONCILERS_REAPER_INTERVAL", 10.0)},
+    "reconcilers-resync": {"task": "reconcilers.resync", "schedule": 30.0},
+    "reconcilers-prune-history": {"task": "reconcilers.prune_history", "schedule": 3600.0},
+}
 
 LOGGING = {
     "version": 1,

@@ -7,3 +7,10 @@ class ReconcilersConfig(AppConfig):
     name = "reconcilers"
     verbose_name = "Reconcilers"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import registry, resources, tasks
+
+        resources.autodiscover()
+        registry.autodiscover()
+        tasks.register_all()

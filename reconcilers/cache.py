@@ -1,15 +1,27 @@
 """The shared informer cache in Redis: the watcher writes objects, reconcilers read them.
 
-Workers are separate processes, so client-go's in-memory Indexer becomes a Redis hash per
-watched resource. Only this module knows the key layout.
+Workers are separate processes, so client-go's in-memory Indexer becomes one Redis hash per
+watched resource (``operator:obj:<group>/<version>/<plural>``, field ``<namespace>/<name>``).
+``operator:synced:<resource>`` marks a resource whose initial list is complete: only then does a
+cache miss mean "deleted". If Redis restarts empty the marker is gone too, readers fall back to
+the api-server, and the watcher notices and relists. Only this module knows the key layout.
+
+Objects are stored sanitised: no ``managedFields``, no last-applied annotation, and never the
+data of a Secret.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+from typing import Iterable, Mapping
 
 import redis
 from django.conf import settings
+
+from .spec import GVR
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,3 +33,79 @@ def _client_for(url: str) -> redis.Redis:
 def get_redis() -> redis.Redis:
     """One connection pool per process and URL (redis-py pools are thread-safe)."""
     return _client_for(settings.REDIS_URL)
+
+
+def _objects_key(gvr: GVR) -> str:
+    return f"operator:obj:{gvr.id}"
+
+
+def _synced_key(gvr: GVR) -> str:
+    return f"operator:synced:{gvr.id}"
+
+
+def field(namespace: str | None, name: str) -> str:
+    return f"{namespace or ''}/{name}"
+
+
+def sanitize(obj: Mapping) -> dict:
+    """What may be cached, shown or recorded of an API object."""
+    out = dict(obj)
+    meta = dict(out.get("metadata") or {})
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    out["metadata"] = meta
+    if out.get("kind") == "Secret":
+        out.pop("data", None)
+        out.pop("stringData", None)
+    return out
+
+
+def put_many(gvr: GVR, objs: Iterable[Mapping], pipe: redis.client.Pipeline | None = None) -> None:
+    mapping = {}
+    for obj in objs:
+        meta = obj["metadata"]
+        mapping[field(meta.get("namespace"), meta["name"])] = json.dumps(
+            sanitize(obj), separators=(",", ":"))
+    if mapping:
+        (pipe or get_redis()).hset(_objects_key(gvr), mapping=mapping)
+
+
+def delete(gvr: GVR, namespace: str | None, name: str,
+           pipe: redis.client.Pipeline | None = None) -> None:
+    (pipe or get_redis()).hdel(_objects_key(gvr), field(namespace, name))
+
+
+def get(gvr: GVR, namespace: str | None, name: str) -> dict | None:
+    raw = get_redis().hget(_objects_key(gvr), field(namespace, name))
+    return json.loads(raw) if raw is not None else None
+
+
+def fields(gvr: GVR) -> set[str]:
+    return {f.decode() for f in get_redis().hkeys(_objects_key(gvr))}
+
+
+def all_objects(gvr: GVR) -> dict[str, dict]:
+    return {k.decode(): json.loads(v) for k, v in get_redis().hgetall(_objects_key(gvr)).items()}
+
+
+def versions(gvr: GVR) -> dict[str, str]:
+    """``{field: resourceVersion}`` of everything cached for ``gvr`` (for relist diffs)."""
+    out = {}
+    for k, v in get_redis().hscan_iter(_objects_key(gvr), count=1000):
+        rv = json.loads(v).get("metadata", {}).get("resourceVersion", "")
+        out[k.decode()] = rv
+    return out
+
+
+def mark_synced(gvr: GVR, resource_version: str) -> None:
+    get_redis().set(_synced_key(gvr), resource_version)
+
+
+def is_synced(gvr: GVR) -> bool:
+    return bool(get_redis().exists(_synced_key(gvr)))
+
+
+def clear(gvr: GVR) -> None:
+    get_redis().delete(_objects_key(gvr), _synced_key(gvr))

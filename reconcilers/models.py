@@ -135,7 +135,9 @@ class ReconcileRecord(models.Model):
     finished_at = models.DateTimeField()
     duration_ms = models.FloatField()
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
-    requeue_after = models.FloatField(null=True, blank=True)
+    requeue_after = models.FloatField(
+        null=True, blank=True, help_text="seconds until the next run this one asked for "
+        "(retry backoff or requeue-after); empty when none")
     error_class = models.CharField(max_length=255, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
@@ -144,6 +146,8 @@ class ReconcileRecord(models.Model):
     worker = models.CharField(max_length=255, blank=True, default="")
     task_id = models.CharField(max_length=255, blank=True, default="")
     audit_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    events = models.JSONField(default=list, blank=True,
+                              help_text="Kubernetes Events the run emitted, kept after they expire")
 
     class Meta:
         ordering = ["-started_at"]

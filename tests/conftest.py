@@ -15,6 +15,10 @@ Every fixture here talks to a real process started by ``make up`` (``python -m d
                      printed when the test fails.
 - ``celery_worker``  a factory that starts a real ``celery worker`` process and waits until it
                      consumes.
+- ``probe_crds``     (session) the test operator's CRDs (``tests/operatorapp``) installed.
+- ``operator``       a factory for the whole operator on one test namespace: a watcher, N
+                     worker processes and beat, with fast reaper/lease settings
+                     (``FAST_SETTINGS``), as separate real processes.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def stack() -> stack_config.StackConfig:
 
 @pytest.fixture(scope="session")
 def kube(stack):
-    from kubernetes import client, config
+    from kubernetes import config
 
     api = config.new_client_from_config(config_file=str(stack.kubeconfig))
     yield api
@@ -131,7 +135,8 @@ class Process:
             return
         self._stopped = True
         if self.popen.poll() is None:
-            self.kill(signal.SIGTERM)
+            # The main process only: a Celery worker then shuts down warm, finishing its task.
+            self.popen.send_signal(signal.SIGTERM)
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -156,6 +161,7 @@ def start_process(request, worker_db_url, stack) -> Iterator[Callable[..., Proce
             "REDIS_URL": settings.REDIS_URL,
             "KUBECONFIG": str(stack.kubeconfig),
             "DEBUG": "1",
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
@@ -201,3 +207,64 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+
+
+# Seconds, not minutes: lets tests see recovery (lost leases, lost messages) quickly.
+FAST_SETTINGS = {
+    "RECONCILERS_REAPER_INTERVAL": "1",
+    "RECONCILERS_REDISPATCH_AFTER": "3",
+    "RECONCILERS_LEASE_SECONDS": "4",
+    "RECONCILERS_LEADER_LEASE_SECONDS": "4",
+    "RECONCILERS_BACKOFF_BASE": "0.05",
+    "RECONCILERS_BACKOFF_MAX": "2",
+}
+
+
+@pytest.fixture(scope="session")
+def probe_crds(kube):
+    from reconcilers import crds
+
+    for path in sorted((REPO / "tests" / "operatorapp" / "crds").glob("*.yaml")):
+        crds.apply_manifest(kube, path)
+    return ["probes.test.operator.local", "probes.finalizing.operator.local"]
+
+
+@dataclass
+class Operator:
+    namespace: str
+    env: dict
+    start_process: Callable[..., Process]
+    celery_worker: Callable[..., Process]
+    watchers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)
+    beats: list = field(default_factory=list)
+
+    def start_watcher(self, *reconcilers: str) -> Process:
+        proc = self.start_process("watcher", [sys.executable, "manage.py", "watch", *reconcilers],
+                                  self.env)
+        proc.wait_for_log("leading: starting streams", timeout=60)
+        self.watchers.append(proc)
+        return proc
+
+    def start_worker(self, concurrency: int = 1) -> Process:
+        proc = self.celery_worker(f"worker{len(self.workers)}", concurrency=concurrency,
+                                  env=self.env)
+        self.workers.append(proc)
+        return proc
+
+    def start_beat(self, schedule: Path) -> Process:
+        proc = self.start_process("beat", [
+            sys.executable, "-m", "celery", "-A", "operator_project", "beat",
+            "--loglevel", "INFO", "--schedule", str(schedule)], self.env)
+        self.beats.append(proc)
+        return proc
+
+
+@pytest.fixture
+def operator(namespace, probe_crds, start_process, celery_worker, redis_client, tmp_path):
+    """Start with ``operator.start_watcher()``, ``start_worker()``, ``start_beat(...)``."""
+    env = {**FAST_SETTINGS, "RECONCILERS_NAMESPACES": namespace,
+           "RECONCILERS_LEASE_NAME": f"watcher-{namespace}"}
+    op = Operator(namespace, env, start_process, celery_worker)
+    op.schedule = tmp_path / "beat-schedule"
+    return op

@@ -1,0 +1,210 @@
+"""``ctx``: what a reconcile gets besides the object - reads, child writes, status, events.
+
+Reads come from the shared cache when the resource is watched (and its cache is synced),
+otherwise from the api-server. Writes go to the api-server and carry the resourceVersion read,
+so a write based on a stale copy fails with 409 Conflict and the key is retried - client-go's
+"read from the cache, write to the api-server". Nothing here mutates a cached object.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kubernetes.client.exceptions import ApiException
+
+from . import cache, events, kube
+from .ledger import Key
+from .results import TemporaryError
+from .spec import GVR, Reconciler
+
+
+class NotOwnedError(TemporaryError):
+    """A child with the wanted name exists but another controller (or nobody) owns it."""
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def gvr_of(api_version: str, kind: str, plural: str | None = None,
+           namespaced: bool = True) -> GVR:
+    group, _, version = api_version.rpartition("/")
+    return GVR(group, version, plural or kind.lower() + "s", kind, namespaced)
+
+
+def is_subset(desired: Any, actual: Any) -> bool:
+    """True when every field of ``desired`` already has that value in ``actual``."""
+    if isinstance(desired, Mapping):
+        return isinstance(actual, Mapping) and all(
+            k in actual and is_subset(v, actual[k]) for k, v in desired.items())
+    return desired == actual
+
+
+def controller_of(obj: Mapping) -> Mapping | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+class Context:
+    """Per-run helpers. ``ctx.log`` is a logger bound to the key."""
+
+    def __init__(self, key: Key, reconciler: type[Reconciler], obj: dict,
+                 api=None, watched: dict[tuple[str, str], GVR] | None = None):
+        self.key = key
+        self.reconciler = reconciler
+        self.obj = obj
+        self.api = api or kube.api_client()
+        self.primary = reconciler.primary()
+        self.log = logging.LoggerAdapter(logging.getLogger(f"reconcilers.{key.reconciler}"),
+                                         {"key": str(key)})
+        self.events: list[dict] = []
+        self._watched = watched or {
+            (g.api_version, g.kind): g for _, g, _ in _watched_by(reconciler)}
+        self._conditions: dict[str, dict] = {}
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+            plural: str | None = None) -> dict | None:
+        """The object, or None when it does not exist. A deep copy: safe to modify."""
+        gvr = self._watched.get((api_version, kind)) or gvr_of(api_version, kind, plural)
+        ns = namespace if namespace is not None else self.key.namespace
+        if (api_version, kind) in self._watched and cache.is_synced(gvr):
+            return cache.get(gvr, ns if gvr.namespaced else None, name)
+        try:
+            return kube.request(self.api, "GET", gvr.path(ns, name))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # --- children ------------------------------------------------------------------------
+
+    def owner_reference(self) -> dict:
+        meta = self.obj["metadata"]
+        return {"apiVersion": self.primary.api_version, "kind": self.primary.kind,
+                "name": meta["name"], "uid": meta["uid"], "controller": True,
+                "blockOwnerDeletion": True}
+
+    def create_or_update(self, desired: dict, plural: str | None = None) -> dict:
+        """Make a child match ``desired``, with this object as its controller owner.
+
+        Creates it when missing; patches it only when a field of ``desired`` differs (no write
+        when nothing changed); raises ``NotOwnedError`` for a same-named object this object
+        does not control (the caller decides whether to emit an event).
+        """
+        desired = copy.deepcopy(desired)
+        meta = desired.setdefault("metadata", {})
+        gvr = (self._watched.get((desired["apiVersion"], desired["kind"]))
+               or gvr_of(desired["apiVersion"], desired["kind"], plural))
+        if gvr.namespaced:
+            meta.setdefault("namespace", self.key.namespace)
+        meta["ownerReferences"] = [self.owner_reference()]
+        existing = self.get(desired["apiVersion"], desired["kind"], meta["name"],
+                            meta.get("namespace"), plural)
+        if existing is None:
+            try:
+                return kube.request(self.api, "POST", gvr.path(meta.get("namespace")), desired)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                existing = kube.request(self.api, "GET",
+                                        gvr.path(meta.get("namespace"), meta["name"]))
+        self._check_owned(existing, desired)
+        wanted = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind", "status")}
+        wanted_meta = {k: v for k, v in meta.items()
+                       if k in ("labels", "annotations", "ownerReferences")}
+        wanted["metadata"] = wanted_meta
+        if is_subset(wanted, existing):
+            return existing
+        wanted["metadata"] = {**wanted_meta,
+                              "resourceVersion": existing["metadata"]["resourceVersion"]}
+        return kube.request(self.api, "PATCH", gvr.path(meta.get("namespace"), meta["name"]),
+                            wanted, content_type=kube.MERGE_PATCH)
+
+    def _check_owned(self, existing: Mapping, desired: Mapping) -> None:
+        ref = controller_of(existing)
+        if ref is None or ref.get("uid") != self.obj["metadata"]["uid"]:
+            raise NotOwnedError(
+                f'Resource "{desired["metadata"]["name"]}" already exists and is not managed '
+                f"by {self.primary.kind}"
+            )
+
+    # --- status ----------------------------------------------------------------------------
+
+    def set_condition(self, type_: str, status: bool | str, reason: str, message: str = "") -> None:
+        """A metav1.Condition to write with the next ``patch_status``.
+
+        ``lastTransitionTime`` changes only when the status flips, as the convention requires.
+        """
+        status_str = status if isinstance(status, str) else ("True" if status else "False")
+        old = {c.get("type"): c for c in (self.obj.get("status") or {}).get("conditions") or []}
+        previous = old.get(type_)
+        changed = previous is None or previous.get("status") != status_str
+        self._conditions[type_] = {
+            "type": type_, "status": status_str, "reason": reason, "message": message,
+            "observedGeneration": self.obj["metadata"].get("generation"),
+            "lastTransitionTime": now_rfc3339() if changed else previous["lastTransitionTime"],
+        }
+
+    def patch_status(self, status: Mapping | None = None, observed_generation: bool = True) -> dict:
+        """Merge-patch the status subresource with the fields given, conditions set with
+        ``set_condition`` and ``observedGeneration``. Skipped when nothing would change.
+        A stale object (someone wrote since it was read) gets 409 and the key is retried."""
+        patch: dict[str, Any] = dict(status or {})
+        if observed_generation and "generation" in self.obj["metadata"]:
+            patch["observedGeneration"] = self.obj["metadata"]["generation"]
+        if self._conditions:
+            merged = {c["type"]: c for c in (self.obj.get("status") or {}).get("conditions") or []}
+            merged.update(self._conditions)
+            patch["conditions"] = list(merged.values())
+        current = self.obj.get("status") or {}
+        if is_subset(patch, current):
+            return self.obj
+        body = {"metadata": {"resourceVersion": self.obj["metadata"]["resourceVersion"]},
+                "status": patch}
+        updated = kube.request(self.api, "PATCH",
+                               self.primary.path(self.key.namespace, self.key.name) + "/status",
+                               body, content_type=kube.MERGE_PATCH)
+        self.obj = updated
+        self._conditions.clear()
+        return updated
+
+    # --- events ----------------------------------------------------------------------------
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on the object (``Normal`` or ``Warning``), aggregated so an error
+        loop cannot flood the api-server, and kept in this run's history."""
+        self.events.append({"type": type_, "reason": reason, "message": message})
+        events.record(self.api, self.obj, type_, reason, message)
+
+    # --- finalizers --------------------------------------------------------------------------
+
+    def _patch_finalizers(self, finalizers: list[str]) -> dict:
+        body = {"metadata": {"finalizers": finalizers,
+                             "resourceVersion": self.obj["metadata"]["resourceVersion"]}}
+        self.obj = kube.request(self.api, "PATCH",
+                                self.primary.path(self.key.namespace, self.key.name), body,
+                                content_type=kube.MERGE_PATCH)
+        return self.obj
+
+    def add_finalizer(self, name: str) -> None:
+        current = list(self.obj["metadata"].get("finalizers") or [])
+        if name not in current:
+            self._patch_finalizers(current + [name])
+
+    def remove_finalizer(self, name: str) -> None:
+        current = list(self.obj["metadata"].get("finalizers") or [])
+        if name in current:
+            self._patch_finalizers([f for f in current if f != name])
+
+
+def _watched_by(reconciler: type[Reconciler]):
+    yield reconciler, reconciler.primary(), "primary"
+    for owned in reconciler.owns:
+        yield reconciler, owned.gvr(), "owned"

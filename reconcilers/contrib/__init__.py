@@ -1,0 +1,1 @@
+"""Sample operators shipped with the framework, enabled by ``OPERATOR_SAMPLES=1``."""

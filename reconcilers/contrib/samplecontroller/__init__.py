@@ -1,0 +1,1 @@
+"""kubernetes/sample-controller's ``Foo``, ported: a Foo owns the Deployment it names."""

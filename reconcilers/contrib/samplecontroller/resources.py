@@ -1,0 +1,50 @@
+"""kubernetes/sample-controller's ``Foo``, declared as a typed resource.
+
+Same group, version and fields as upstream's ``artifacts/examples/crd-status-subresource.yaml``,
+with the validation upstream leaves to the controller: a Foo without a valid Deployment name or
+with a replica count out of range is rejected by the api-server (422) instead of failing every
+reconcile. ``manage.py makecrds`` writes ``crds/foos.samplecontroller.k8s.io.yaml`` from it.
+"""
+
+from reconcilers.resources import PrinterColumn, Resource, fields
+
+DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class FooSpec(fields.Object):
+    deployment_name = fields.String(
+        required=True, min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN,
+        help_text="Name of the Deployment this Foo owns, in the Foo's namespace.")
+    replicas = fields.Integer(
+        minimum=1, maximum=100, default=1,
+        help_text="Number of replicas of the Deployment.")
+
+
+class FooStatus(fields.Object):
+    available_replicas = fields.Integer(
+        minimum=0, help_text="Available replicas of the Deployment, as last observed.")
+
+
+class Foo(Resource):
+    """A Foo asks for a Deployment of nginx with a given name and replica count."""
+
+    group = "samplecontroller.k8s.io"
+    version = "v1alpha1"
+    kind = "Foo"
+    spec = FooSpec(required=True, help_text="The Deployment this Foo wants.")
+    status = FooStatus(help_text="What the controller last observed.")
+
+    class Meta:
+        plural = "foos"
+        singular = "foo"
+        scope = "Namespaced"
+        # *.k8s.io is a protected group: the api-server refuses the CRD without this.
+        annotations = {"api-approved.kubernetes.io": "unapproved, experimental-only; please get "
+                       "an approval from Kubernetes API reviewers if you're trying to develop a "
+                       "CRD in the *.k8s.io or *.kubernetes.io groups"}
+        printer_columns = [
+            PrinterColumn("Deployment", "spec.deployment_name"),
+            PrinterColumn("Replicas", "spec.replicas"),
+            PrinterColumn("Available", "status.available_replicas"),
+            PrinterColumn.age(),
+        ]

@@ -1,0 +1,335 @@
+"""The work ledger: client-go's WorkQueue contract, made durable in PostgreSQL.
+
+Every transition is one SQL statement on ``reconcilers_workitem``, computed with the database's
+clock, so it is atomic across every worker process and host:
+
+- ``enqueue``  idle/backoff -> queued (token+1, a message must be sent); queued: dedup, the
+               trigger is merged; running: marked dirty (re-run when it ends). Batched.
+- ``claim``    queued (or backoff that is due) -> running, only for the message whose token
+               matches: a stale or duplicate message claims nothing and is dropped.
+- ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
+               holder of the current token.
+- ``renew``    extend a running item's lease.
+- ``reap``     recover what a crash or a lost message left behind (beat).
+
+A "dispatch" is (key, token, countdown): the caller sends one Celery message for it after the
+transaction commits. Sending a message twice is harmless - only one can claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple, Sequence
+
+from django.db import connection, transaction
+
+from .models import State, WorkItem
+
+log = logging.getLogger(__name__)
+
+TABLE = WorkItem._meta.db_table
+
+
+class Key(NamedTuple):
+    """An object key: which reconciler, which object. What queues carry, never the object."""
+
+    reconciler: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        obj = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.reconciler}:{obj}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Key":
+        reconciler, sep, obj = text.partition(":")
+        if not sep or not reconciler or not obj:
+            raise ValueError(f"malformed key {text!r}; expected <reconciler>:<namespace>/<name>")
+        namespace, _, name = obj.rpartition("/")
+        if not name:
+            raise ValueError(f"malformed key {text!r}: no object name")
+        return cls(reconciler, namespace, name)
+
+
+class Dispatch(NamedTuple):
+    key: Key
+    token: int
+    countdown: float | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run's hold on its key: valid while ``token`` is current and the lease holds."""
+
+    id: int
+    key: Key
+    token: int
+    attempts: int
+    triggers: list[str]
+    audit_ids: list[int]
+
+
+def _fetch(cursor) -> list[tuple]:
+    return cursor.fetchall() if cursor.description else []
+
+
+_ENQUEUE_SQL = f"""
+WITH input AS (
+    SELECT DISTINCT reconciler, namespace, name
+    FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
+        AS t(reconciler, namespace, name)
+)
+INSERT INTO {TABLE} AS w (
+    reconciler, namespace, name, state, token, dirty, paused, attempts,
+    pending_triggers, running_triggers, pending_audit, running_audit,
+    enqueued_at, dispatched_at, worker, last_outcome, last_error, created_at)
+SELECT reconciler, namespace, name, 'queued', 1, false, false, 0,
+       ARRAY[%(trigger)s]::varchar[], '{{}}', %(audit)s::bigint[], '{{}}',
+       now(), now(), '', '', '', now()
+FROM input
+ON CONFLICT (reconciler, namespace, name) DO UPDATE SET
+    -- every expression below reads the row as it was before this statement
+    pending_triggers = CASE WHEN %(trigger)s = ANY(w.pending_triggers) THEN w.pending_triggers
+                            ELSE w.pending_triggers || EXCLUDED.pending_triggers END,
+    pending_audit = w.pending_audit || EXCLUDED.pending_audit,
+    dirty = w.dirty OR w.state = 'running',
+    state = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN 'queued'
+                 ELSE w.state END,
+    token = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN w.token + 1
+                 ELSE w.token END,
+    enqueued_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN now()
+                       ELSE w.enqueued_at END,
+    dispatched_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN now()
+                         ELSE w.dispatched_at END,
+    due_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN NULL
+                  ELSE w.due_at END
+-- A row this statement moved to queued has dispatched_at = now() (the transaction's clock).
+-- A concurrent enqueue in the same microsecond may also report it: a duplicate message,
+-- which the token check in claim() drops.
+RETURNING w.reconciler, w.namespace, w.name, w.token, (w.state = 'queued' AND w.dispatched_at = now())
+"""
+
+
+def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
+            batch: int = 1000) -> list[Dispatch]:
+    """Add keys to the queue; returns the messages to send once the transaction commits.
+
+    Dedup: a key already queued gets no second message. Exclusion: a running key is only
+    marked dirty. A key in backoff is queued at once: a new event does not wait out a retry.
+    """
+    keys = list(dict.fromkeys(keys))
+    dispatches: list[Dispatch] = []
+    audit = [audit_id] if audit_id is not None else []
+    with connection.cursor() as cursor:
+        for start in range(0, len(keys), batch):
+            chunk = keys[start:start + batch]
+            cursor.execute(_ENQUEUE_SQL, {
+                "reconcilers": [k.reconciler for k in chunk],
+                "namespaces": [k.namespace for k in chunk],
+                "names": [k.name for k in chunk],
+                "trigger": trigger,
+                "audit": audit,
+            })
+            dispatches.extend(
+                Dispatch(Key(r, ns, n), token) for r, ns, n, token, send in _fetch(cursor) if send
+            )
+    return dispatches
+
+
+def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | None:
+    """queued -> running for the message holding ``token``; ``None`` means drop the message.
+
+    The row lock taken by UPDATE serialises concurrent claims: exactly one wins, the others
+    see state ``running`` (or a newer token) and match nothing.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET
+                state = 'running', started_at = now(),
+                lease_expires_at = now() + make_interval(secs => %(lease)s),
+                worker = %(worker)s,
+                running_triggers = pending_triggers, pending_triggers = '{{}}',
+                running_audit = pending_audit, pending_audit = '{{}}',
+                dirty = false
+            WHERE reconciler = %(r)s AND namespace = %(ns)s AND name = %(n)s
+              AND token = %(token)s AND NOT paused
+              -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
+              AND (state = 'queued'
+                   OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
+            RETURNING id, attempts, running_triggers, running_audit
+            """,
+            {"lease": lease_seconds, "worker": worker, "r": key.reconciler, "ns": key.namespace,
+             "n": key.name, "token": token},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(id=row[0], key=key, token=token, attempts=row[1], triggers=list(row[2]),
+                 audit_ids=list(row[3]))
+
+
+def renew(claim_: Claim, lease_seconds: float) -> bool:
+    """Extend the lease of a long run; False when the key was taken away (lease expired)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TABLE} SET lease_expires_at = now() + make_interval(secs => %s) "
+            f"WHERE id = %s AND token = %s AND state = 'running'",
+            [lease_seconds, claim_.id, claim_.token],
+        )
+        return cursor.rowcount == 1
+
+
+@dataclass(frozen=True)
+class Finish:
+    outcome: str
+    attempts: int
+    delay: float | None = None  # None: no retry/requeue; else seconds until the next run
+    retry_trigger: str = "retry"
+    error: str = ""
+
+
+def finish(claim_: Claim, result: Finish, max_countdown: float) -> Dispatch | None:
+    """running -> idle | backoff | queued. Returns the message to send, if any.
+
+    Dirty wins over everything: an event arrived during the run, so the key runs again now.
+    A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
+    ledger (``dispatched_at`` NULL) until the due sweep sends it.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET
+                state = CASE WHEN dirty THEN 'queued'
+                             WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
+                             ELSE 'idle' END,
+                token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
+                             ELSE token END,
+                attempts = %(attempts)s,
+                due_at = CASE WHEN NOT dirty AND %(delay)s::float8 IS NOT NULL
+                              THEN now() + make_interval(secs => %(delay)s::float8) END,
+                enqueued_at = CASE WHEN dirty THEN now() ELSE enqueued_at END,
+                dispatched_at = CASE
+                    WHEN dirty THEN now()
+                    WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
+                    ELSE NULL END,
+                pending_triggers = CASE
+                    WHEN %(delay)s::float8 IS NOT NULL AND NOT (%(trig)s = ANY(pending_triggers))
+                    THEN pending_triggers || ARRAY[%(trig)s]::varchar[]
+                    ELSE pending_triggers END,
+                running_triggers = '{{}}', running_audit = '{{}}',
+                dirty = false, lease_expires_at = NULL, worker = '',
+                last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
+                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
+            WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+            RETURNING state, token, dispatched_at IS NOT NULL
+            """,
+            {"delay": result.delay, "attempts": result.attempts, "max": max_countdown,
+             "trig": result.retry_trigger, "outcome": result.outcome, "error": result.error[:4000],
+             "ok": result.outcome in ("success", "requeue_after"), "id": claim_.id,
+             "token": claim_.token},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        log.warning("%s: run ended after its lease was lost; the reaper re-queued it", claim_.key)
+        return None
+    state, token, dispatched = row
+    if state == State.QUEUED:
+        return Dispatch(claim_.key, token)
+    if state == State.BACKOFF and dispatched:
+        return Dispatch(claim_.key, token, countdown=result.delay)
+    return None
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What the reaper found: runs whose worker vanished, and messages to (re)send."""
+
+    lost_runs: list[tuple[Key, list[str], int]]  # key, triggers it was running, attempts
+    dispatches: list[Dispatch]
+
+
+def reap(redispatch_after: float) -> Reaped:
+    """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
+
+    1. running, lease expired: the worker died mid-run -> queued again (attempts+1).
+    2. queued, its message sent long ago (or never): the message vanished -> send again.
+    3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET
+                state = 'queued', token = token + 1, attempts = attempts + 1,
+                pending_triggers = running_triggers || pending_triggers || ARRAY['retry']::varchar[],
+                pending_audit = running_audit || pending_audit,
+                running_triggers = '{{}}', running_audit = '{{}}', dirty = false,
+                lease_expires_at = NULL, enqueued_at = now(), dispatched_at = now(),
+                last_outcome = 'error', last_error = 'worker lost: lease expired mid-run (' || worker || ')',
+                last_finished_at = now(), worker = ''
+            WHERE state = 'running' AND lease_expires_at < now() AND NOT paused
+            RETURNING reconciler, namespace, name, token, attempts, pending_triggers
+            """
+        )
+        lost = _fetch(cursor)
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET dispatched_at = now()
+            WHERE state = 'queued' AND NOT paused
+              AND (dispatched_at IS NULL
+                   OR dispatched_at < now() - make_interval(secs => %(after)s))
+            RETURNING reconciler, namespace, name, token
+            """,
+            {"after": redispatch_after},
+        )
+        resend = _fetch(cursor)
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET state = 'queued', token = token + 1, due_at = NULL,
+                enqueued_at = now(), dispatched_at = now()
+            WHERE state = 'backoff' AND NOT paused AND due_at <= now()
+              AND (dispatched_at IS NULL
+                   OR due_at < now() - make_interval(secs => %(after)s))
+            RETURNING reconciler, namespace, name, token
+            """,
+            {"after": redispatch_after},
+        )
+        due = _fetch(cursor)
+    lost_runs = [(Key(r, ns, n), [t for t in trig if t != "retry"], attempts)
+                 for r, ns, n, _token, attempts, trig in lost]
+    dispatches = [Dispatch(Key(r, ns, n), token) for r, ns, n, token, *_ in lost]
+    dispatches += [Dispatch(Key(r, ns, n), token) for r, ns, n, token in resend + due]
+    return Reaped(lost_runs, dispatches)
+
+
+def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
+    """Pause or resume keys. A paused key is never claimed; resuming sends what waited."""
+    if not keys:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} AS w SET
+                paused = %(paused)s,
+                state = CASE WHEN NOT %(paused)s AND w.state = 'idle'
+                                  AND cardinality(w.pending_triggers) > 0 THEN 'queued'
+                             ELSE w.state END,
+                token = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
+                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
+                             THEN w.token + 1 ELSE w.token END,
+                dispatched_at = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
+                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
+                             THEN now() ELSE w.dispatched_at END
+            FROM unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
+            WHERE w.reconciler = k.r AND w.namespace = k.ns AND w.name = k.n
+              AND w.paused <> %(paused)s
+            RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now()
+            """,
+            {"paused": paused, "r": [k.reconciler for k in keys],
+             "ns": [k.namespace for k in keys], "n": [k.name for k in keys]},
+        )
+        rows = _fetch(cursor)
+    return [Dispatch(Key(r, ns, n), token) for r, ns, n, token, state, send in rows
+            if send and state == State.QUEUED]

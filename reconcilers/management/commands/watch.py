@@ -1,0 +1,60 @@
+"""``python manage.py watch``: run the watch workers until SIGTERM / Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from reconcilers import conf, crds, leader, watch
+from reconcilers.registry import registry
+from reconcilers.runner import worker_identity
+
+
+class Command(BaseCommand):
+    help = __doc__.splitlines()[0]
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("reconcilers", nargs="*", help="only these (default: all)")
+
+    def handle(self, *args, **options) -> None:
+        names = options["reconcilers"] or registry.names()
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise CommandError(f"unknown reconciler(s) {unknown}; registered: {registry.names()}")
+        if not names:
+            raise CommandError("no reconcilers are registered (is the app in INSTALLED_APPS?)")
+        classes = [registry.get_class(n) for n in names]
+        crds.sync_registered(classes, self.stdout)
+
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        identity = worker_identity()
+
+        elector = None
+        if conf.get("RECONCILERS_LEADER_ELECTION"):
+            elector = leader.LeaderElector(
+                identity, str(conf.get("RECONCILERS_LEASE_NAMESPACE")),
+                str(conf.get("RECONCILERS_LEASE_NAME")),
+                int(conf.get("RECONCILERS_LEADER_LEASE_SECONDS")))
+            threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
+
+        self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")
+        self.stdout.flush()
+        while not stop.is_set():
+            if elector is not None and not elector.is_leader.wait(1):
+                watch.heartbeat(identity)
+                continue
+            self.stdout.write("leading: starting streams")
+            self.stdout.flush()
+            term = threading.Event()
+            enqueuer = watch.Enqueuer(term)
+            enqueuer.start()
+            streams = watch.build_streams(classes, enqueuer, term, identity)
+            watch.run_streams(streams, until=lambda: stop.is_set() or (
+                elector is not None and not elector.is_leader.is_set()), identity=identity)
+            term.set()
+            enqueuer.join(15)
+        self.stdout.write("watch stopped")

@@ -1,0 +1,25 @@
+"""Custom resources declared in Python: typed classes that generate their CRDs.
+
+One import for users::
+
+    from reconcilers.resources import Resource, Version, PrinterColumn, Scale, fields
+
+Layers, one module each: ``fields`` (types and their schemas), ``options`` (versions, printer
+columns, subresources, ``Meta``), ``base`` (``Resource``), ``typed`` (attribute access and the
+status patch), ``crd`` (CRD dict and deterministic YAML), ``registry`` (declared resources,
+``autodiscover``), ``manifests`` (the files ``makecrds`` writes) and ``apply`` (server-side
+apply, the only one that talks to the api-server).
+"""
+
+from . import fields
+from .apply import NotEstablished, apply_crds
+from .base import Resource
+from .crd import crd, render
+from .options import PrinterColumn, Scale, Version
+from .registry import Registry, autodiscover, default_registry
+
+__all__ = [
+    "Resource", "fields", "Version", "PrinterColumn", "Scale",
+    "Registry", "default_registry", "autodiscover",
+    "crd", "render", "apply_crds", "NotEstablished",
+]

@@ -1,0 +1,82 @@
+"""Install CRDs with server-side apply and wait until the api-server serves them.
+
+Server-side apply (field manager ``django-crd-operator``, forced) makes this idempotent and
+safe to run from several places - ``manage.py applycrds``, the watcher at start-up - since
+applying an unchanged manifest is a no-op that leaves ``resourceVersion`` alone. That no-op is
+how "unchanged" is told apart from "updated".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping
+
+from kubernetes import client
+
+from .. import kube
+from .base import Resource
+from .crd import crd
+
+__all__ = ["apply_crds", "wait_established", "NotEstablished", "FIELD_MANAGER",
+           "CREATED", "UPDATED", "UNCHANGED"]
+
+FIELD_MANAGER = "django-crd-operator"
+CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+class NotEstablished(Exception):
+    """The api-server did not establish a CRD in time, or refused its names."""
+
+
+def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
+               api_client: client.ApiClient, *, field_manager: str = FIELD_MANAGER,
+               timeout: float = 60.0) -> list[tuple[str, str]]:
+    """Apply the CRD of each resource class (or CRD manifest dict) and wait for
+    ``Established``; return ``[(crd name, "created" | "updated" | "unchanged"), ...]``.
+
+    API errors propagate as ``ApiException`` (see ``reconcilers.kube.classify``)."""
+    results = []
+    for item in resources:
+        body = dict(item) if isinstance(item, Mapping) else crd(item)
+        name = body["metadata"]["name"]
+        before = _get(api_client, name)
+        after = kube.request(api_client, "PATCH", f"{CRD_PATH}/{name}", body,
+                             query={"fieldManager": field_manager, "force": "true"},
+                             content_type=kube.APPLY_PATCH)
+        if before is None:
+            outcome = CREATED
+        elif before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]:
+            outcome = UNCHANGED
+        else:
+            outcome = UPDATED
+        results.append((name, outcome))
+    deadline = time.monotonic() + timeout
+    for name, _ in results:
+        wait_established(api_client, name, deadline - time.monotonic())
+    return results
+
+
+def wait_established(api_client: client.ApiClient, name: str, timeout: float) -> None:
+    """Block until CRD ``name`` is ``Established`` (its resources can be used)."""
+    deadline = time.monotonic() + max(timeout, 0)
+    while True:
+        conditions = {c["type"]: c for c in
+                      ((_get(api_client, name) or {}).get("status") or {}).get("conditions") or []}
+        if conditions.get("Established", {}).get("status") == "True":
+            return
+        refused = conditions.get("NamesAccepted", {})
+        if refused.get("status") == "False":
+            raise NotEstablished(f"{name}: names not accepted: {refused.get('message', '')}")
+        if time.monotonic() >= deadline:
+            raise NotEstablished(f"{name} was not Established within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def _get(api_client: client.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.request(api_client, "GET", f"{CRD_PATH}/{name}")
+    except client.ApiException as exc:
+        if kube.classify(exc).gone:
+            return None
+        raise

@@ -1,0 +1,61 @@
+"""Level-triggered safety net: re-enqueue known objects, periodically (beat) or by hand.
+
+Known objects are the cached ones (what exists now) plus, when the cache is not synced, the
+ledger's keys. A resync never bypasses the ledger: a key already queued or running is merged,
+never run twice at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import cache, conf, dispatch
+from .ledger import Key
+from .models import Trigger, WorkItem
+from .registry import registry
+
+
+def known_keys(reconciler: str, namespace: str | None = None) -> list[Key]:
+    gvr = registry.get_class(reconciler).primary()
+    names: set[tuple[str, str]] = set()
+    for f in cache.fields(gvr):
+        ns, _, name = f.partition("/")
+        names.add((ns, name))
+    if not cache.is_synced(gvr):
+        names.update(WorkItem.objects.filter(reconciler=reconciler)
+                     .exclude(last_outcome="gone").values_list("namespace", "name"))
+    return [Key(reconciler, ns, n) for ns, n in sorted(names)
+            if namespace is None or ns == namespace]
+
+
+def resync(reconciler: str, namespace: str | None = None, name: str | None = None,
+           trigger: str = Trigger.MANUAL, audit_id: int | None = None) -> int:
+    """Enqueue one object or every known object of a reconciler; returns keys enqueued."""
+    if name:
+        keys = [Key(reconciler, namespace or "", name)]
+    else:
+        keys = known_keys(reconciler, namespace)
+    dispatch.enqueue(keys, trigger, audit_id)
+    return len(keys)
+
+
+def period_of(reconciler: str) -> float:
+    declared = registry.get_class(reconciler).resync_period
+    return float(conf.get("RECONCILERS_RESYNC_PERIOD") if declared is None else declared)
+
+
+def resync_due() -> int:
+    """Resync each reconciler whose period has passed since its last resync.
+
+    The period is a Redis key with that expiry: whoever sets it first (one beat, even with
+    several running) does the resync; nobody else can until it expires.
+    """
+    r = cache.get_redis()
+    total = 0
+    for cls in registry:
+        name = cls.name()
+        period = period_of(name)
+        if period > 0 and r.set(f"operator:resync:{name}", time.time(), nx=True,
+                                ex=max(1, int(period))):
+            total += resync(name, trigger=Trigger.RESYNC)
+    return total

@@ -1,0 +1,141 @@
+"""The ``Reconciler`` base class: what a reconciler declares, read like a ``ModelAdmin``.
+
+Subclass it, set the class attributes, implement ``reconcile(obj, ctx)`` (and optionally
+``finalize(obj, ctx)``), and register it with ``@register``. Everything the engine needs to
+know - which resource to watch, what it owns, how to retry - is read from these attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+from .predicates import Predicate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import Context
+    from .results import Result
+
+
+@dataclass(frozen=True)
+class GVR:
+    """A watched resource: API group, version, plural, and kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def id(self) -> str:
+        """``apps/v1/deployments``; ``core/v1/configmaps`` for the core group."""
+        return f"{self.group or 'core'}/{self.version}/{self.plural}"
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace and self.namespaced:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+@dataclass(frozen=True)
+class Owns:
+    """A child resource the reconciler creates; its events enqueue the controller owner's key.
+
+    ``Owns("apps/v1", "Deployment")``. The plural is ``kind.lower() + "s"`` unless given.
+    """
+
+    api_version: str
+    kind: str
+    plural: str | None = None
+    namespaced: bool = True
+
+    def gvr(self) -> GVR:
+        group, _, version = self.api_version.rpartition("/")
+        return GVR(group, version, self.plural or self.kind.lower() + "s", self.kind,
+                   self.namespaced)
+
+
+def _plural_of(kind: str) -> str:
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+class Reconciler:
+    """Base class of every reconciler.
+
+    Declare either ``resource`` (a typed resource class) or ``group``/``version``/``kind``.
+
+    Attributes:
+        group, version, kind, plural, namespaced: the primary resource.
+        owns: child resources (``Owns(...)``) whose changes reconcile their controller owner.
+        predicates: ``(old, new) -> bool`` filters for update events (see ``predicates``).
+        finalizer: the finalizer name; set automatically to ``<plural>.<group>/finalizer`` when
+            the class defines ``finalize``. Cleanup runs before the object may go away.
+        resync_period: seconds between periodic re-reconciles of every object (None: the
+            ``RECONCILERS_RESYNC_PERIOD`` default; 0: never).
+        rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
+        queue: Celery queue of this reconciler's task (default ``celery``).
+        backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
+        timeout: seconds a run may hold its key before its lease is renewed or lost.
+        capability_level: the Operator SDK level (1-5) this operator claims.
+    """
+
+    resource: ClassVar[Any] = None
+    group: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    plural: ClassVar[str | None] = None
+    namespaced: ClassVar[bool] = True
+    owns: ClassVar[Sequence[Owns]] = ()
+    predicates: ClassVar[Sequence[Predicate]] = ()
+    finalizer: ClassVar[str | None] = None
+    resync_period: ClassVar[float | None] = None
+    rate_limit: ClassVar[str | None] = None
+    queue: ClassVar[str | None] = None
+    backoff_base: ClassVar[float | None] = None
+    backoff_max: ClassVar[float | None] = None
+    timeout: ClassVar[float | None] = None
+    capability_level: ClassVar[int] = 1
+
+    def reconcile(self, obj: dict, ctx: "Context") -> "Result | None":
+        raise NotImplementedError(f"{type(self).__name__} must implement reconcile(obj, ctx)")
+
+    # ``finalize(self, obj, ctx)`` is optional; defining it turns on finalizer handling.
+
+    @classmethod
+    def primary(cls) -> GVR:
+        res = cls.resource
+        if res is not None:
+            meta = res._meta
+            return GVR(meta.group, meta.storage_version.name, meta.plural, meta.kind,
+                       meta.scope == "Namespaced")
+        if not cls.version or not cls.kind:
+            raise TypeError(f"{cls.__name__} declares neither resource nor version and kind")
+        return GVR(cls.group, cls.version, cls.plural or _plural_of(cls.kind), cls.kind,
+                   cls.namespaced)
+
+    @classmethod
+    def name(cls) -> str:
+        """Named like a CRD: ``<plural>.<group>`` (``<plural>`` for the core group)."""
+        gvr = cls.primary()
+        return f"{gvr.plural}.{gvr.group}" if gvr.group else gvr.plural
+
+    @classmethod
+    def finalizer_name(cls) -> str | None:
+        if cls.finalizer:
+            return cls.finalizer
+        if callable(getattr(cls, "finalize", None)):
+            gvr = cls.primary()
+            return f"{gvr.plural}.{gvr.group or 'core'}/finalizer"
+        return None

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OperatorAppConfig(AppConfig):
+    name = "tests.operatorapp"
+    label = "operatorapp"

@@ -1,0 +1,65 @@
+"""``Probe``: a reconciler scripted by its spec, to test the engine with real processes.
+
+spec.value        copied to status.value with observedGeneration (the "converged" check)
+spec.sleep        seconds each run takes
+spec.failTimes    the first N runs of this object raise RuntimeError
+spec.permanent    every run raises PermanentError
+spec.requeueAfter the first run returns Result.after(seconds)
+spec.temporaryDelay  the first run raises TemporaryError(delay=seconds)
+spec.finalize     the Probe carries a finalizer; cleanup is counted in Redis
+"""
+
+from __future__ import annotations
+
+import time
+
+from reconcilers.api import (
+    PermanentError,
+    Reconciler,
+    Result,
+    TemporaryError,
+    predicates,
+    register,
+)
+from reconcilers.cache import get_redis
+
+
+def _count(obj: dict, what: str) -> int:
+    key = f"probe:{what}:{obj['metadata']['uid']}"
+    return int(get_redis().incr(key))
+
+
+@register
+class ProbeReconciler(Reconciler):
+    group = "test.operator.local"
+    version = "v1"
+    kind = "Probe"
+    resync_period = 0
+    # Its own status writes must not trigger runs: history stays one run per change.
+    predicates = [predicates.generation_changed]
+
+    def reconcile(self, obj: dict, ctx):
+        spec = obj.get("spec") or {}
+        if spec.get("sleep"):
+            time.sleep(float(spec["sleep"]))
+        if spec.get("permanent"):
+            raise PermanentError("this probe can never work")
+        if spec.get("failTimes") and _count(obj, "fails") <= int(spec["failTimes"]):
+            raise RuntimeError(f"scripted failure for {obj['metadata']['name']}")
+        if spec.get("temporaryDelay") and _count(obj, "temporary") == 1:
+            raise TemporaryError("come back later", delay=float(spec["temporaryDelay"]))
+        if spec.get("requeueAfter") and _count(obj, "requeue") == 1:
+            return Result.after(float(spec["requeueAfter"]))
+        ctx.patch_status({"value": spec.get("value")})
+        return None
+
+
+@register
+class FinalizingProbeReconciler(ProbeReconciler):
+    """The same probe kind under another group, with finalisation."""
+
+    group = "finalizing.operator.local"
+
+    def finalize(self, obj: dict, ctx):
+        _count(obj, "finalized")
+        get_redis().rpush("probe:finalized", obj["metadata"]["name"])

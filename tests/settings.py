@@ -1,0 +1,6 @@
+"""Test settings: the project's settings plus the test operator app (the ``Probe`` kind)."""
+
+from operator_project.settings import *  # noqa: F401,F403
+from operator_project.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.operatorapp"]

@@ -1,0 +1,240 @@
+"""The work ledger keeps client-go's WorkQueue contract, on real PostgreSQL.
+
+Scenarios ported from client-go's ``util/workqueue/queue_test.go`` and
+``rate_limiting_queue_test.go``; "processing" here is claim -> finish, as a worker does it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from reconcilers import ledger
+from reconcilers.conf import Backoff
+from reconcilers.ledger import Finish, Key
+from reconcilers.models import WorkItem
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+R = "probes.test.operator.local"
+LEASE = 30.0
+
+
+def key(name: str, ns: str = "ns") -> Key:
+    return Key(R, ns, name)
+
+
+def process(k: Key, token: int, outcome: str = "success", attempts: int = 0,
+            delay: float | None = None, max_countdown: float = 300) -> ledger.Dispatch | None:
+    claim = ledger.claim(k, token, "test", LEASE)
+    assert claim is not None, f"claim of {k} with token {token} failed"
+    return ledger.finish(claim, Finish(outcome, attempts, delay), max_countdown)
+
+
+def item(k: Key) -> WorkItem:
+    return WorkItem.objects.get(reconciler=k.reconciler, namespace=k.namespace, name=k.name)
+
+
+def test_first_add_queues_the_key_and_asks_for_one_message():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert d.key == key("a") and d.token == 1
+    assert item(key("a")).state == "queued"
+
+
+def test_repeated_adds_of_a_waiting_key_collapse_into_one_message():
+    first = ledger.enqueue([key("a")], "added")
+    again = [ledger.enqueue([key("a")], t) for t in ("modified", "modified", "resync")]
+    assert len(first) == 1 and again == [[], [], []]
+    assert item(key("a")).pending_triggers == ["added", "modified", "resync"]
+
+
+def test_one_batch_with_duplicates_sends_one_message_per_key():
+    dispatches = ledger.enqueue([key("a"), key("b"), key("a")], "added")
+    assert sorted(d.key.name for d in dispatches) == ["a", "b"]
+
+
+def test_a_stale_or_duplicate_message_claims_nothing():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert ledger.claim(key("a"), d.token + 1, "w", LEASE) is None  # from the future
+    claim = ledger.claim(key("a"), d.token, "w", LEASE)
+    assert claim is not None
+    assert ledger.claim(key("a"), d.token, "w2", LEASE) is None  # redelivered duplicate
+    ledger.finish(claim, Finish("success", 0), 300)
+    assert ledger.claim(key("a"), d.token, "w3", LEASE) is None  # late duplicate
+
+
+def test_add_while_processing_reruns_once_after_done():
+    (d,) = ledger.enqueue([key("a")], "added")
+    claim = ledger.claim(key("a"), d.token, "w", LEASE)
+    assert ledger.enqueue([key("a")], "modified") == []  # no second message while running
+    assert ledger.enqueue([key("a")], "modified") == []
+    assert item(key("a")).dirty is True
+    follow = ledger.finish(claim, Finish("success", 0), 300)
+    assert follow is not None and follow.countdown is None
+    second = ledger.claim(key("a"), follow.token, "w", LEASE)
+    assert second.triggers == ["modified"]
+    assert ledger.finish(second, Finish("success", 0), 300) is None
+    assert item(key("a")).state == "idle"
+
+
+def test_failures_back_off_exponentially_and_success_forgets():
+    backoff = Backoff(0.005, 1000)
+    assert [backoff.delay(n) for n in range(1, 6)] == [0.005, 0.01, 0.02, 0.04, 0.08]
+    assert backoff.delay(30) == 1000
+
+    (d,) = ledger.enqueue([key("a")], "added")
+    token = d.token
+    for failures in (1, 2, 3):
+        claim = ledger.claim(key("a"), token, "w", LEASE)
+        assert claim.attempts == failures - 1
+        follow = ledger.finish(claim, Finish("error", failures, backoff.delay(failures)), 300)
+        assert follow.countdown == backoff.delay(failures)
+        assert item(key("a")).state == "backoff"
+        time.sleep(follow.countdown)
+        token = follow.token
+    claim = ledger.claim(key("a"), token, "w", LEASE)
+    assert claim.triggers == ["retry"]
+    ledger.finish(claim, Finish("success", 0), 300)
+    assert item(key("a")).attempts == 0
+    assert item(key("a")).last_success_at is not None
+
+
+def test_requeue_after_returns_a_countdown_and_runs_when_due():
+    (d,) = ledger.enqueue([key("a")], "added")
+    follow = process(key("a"), d.token, "requeue_after", 0, delay=0.5)
+    assert follow.countdown == 0.5
+    assert item(key("a")).state == "backoff"
+    assert item(key("a")).attempts == 0
+    assert ledger.claim(key("a"), follow.token, "w", LEASE) is not None
+
+
+def test_a_new_event_during_backoff_is_processed_without_waiting():
+    (d,) = ledger.enqueue([key("a")], "added")
+    retry = process(key("a"), d.token, "error", 1, delay=600)  # long backoff
+    assert retry is None  # longer than the countdown limit: kept in the ledger
+    (now,) = ledger.enqueue([key("a")], "modified")
+    assert now.token > d.token
+    claim = ledger.claim(key("a"), now.token, "w", LEASE)
+    assert claim is not None and "modified" in claim.triggers
+    assert claim.attempts == 1  # the failure count survives until a success
+
+
+def test_delays_beyond_the_countdown_limit_wait_in_the_ledger_for_the_reaper():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert process(key("a"), d.token, "error", 1, delay=0.3, max_countdown=0.1) is None
+    assert ledger.reap(redispatch_after=60).dispatches == []  # not due yet
+    time.sleep(0.4)
+    (due,) = ledger.reap(redispatch_after=60).dispatches
+    assert ledger.claim(key("a"), due.token, "w", LEASE) is not None
+
+
+def test_a_run_whose_worker_died_is_requeued_when_its_lease_expires():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.2) is not None
+    assert ledger.reap(redispatch_after=60).lost_runs == []
+    time.sleep(0.3)
+    reaped = ledger.reap(redispatch_after=60)
+    assert [k for k, _, _ in reaped.lost_runs] == [key("a")]
+    (again,) = reaped.dispatches
+    claim = ledger.claim(key("a"), again.token, "w", LEASE)
+    assert claim.attempts == 1
+    assert "added" in claim.triggers and "retry" in claim.triggers
+
+
+def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
+    (d,) = ledger.enqueue([key("a")], "added")
+    slow = ledger.claim(key("a"), d.token, "slow", lease_seconds=0.1)
+    time.sleep(0.2)
+    (again,) = ledger.reap(redispatch_after=60).dispatches
+    fresh = ledger.claim(key("a"), again.token, "fresh", LEASE)
+    assert ledger.finish(slow, Finish("success", 0), 300) is None
+    assert item(key("a")).state == "running" and item(key("a")).worker == "fresh"
+    ledger.finish(fresh, Finish("success", 0), 300)
+
+
+def test_a_queued_key_whose_message_vanished_is_sent_again():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert ledger.reap(redispatch_after=60).dispatches == []
+    WorkItem.objects.update(dispatched_at=None)  # as if the broker lost the message
+    (again,) = ledger.reap(redispatch_after=60).dispatches
+    assert again.token == d.token  # same token: whichever copy arrives first runs, once
+
+
+def test_paused_keys_are_not_claimed_and_resume_sends_what_waited():
+    (d,) = ledger.enqueue([key("a")], "added")
+    ledger.set_paused([key("a")], True)
+    assert ledger.claim(key("a"), d.token, "w", LEASE) is None
+    assert ledger.enqueue([key("a")], "modified") == []
+    (resumed,) = ledger.set_paused([key("a")], False)
+    claim = ledger.claim(key("a"), resumed.token, "w", LEASE)
+    assert claim.triggers == ["added", "modified"]
+
+
+def test_relist_sized_enqueue_is_a_few_statements():
+    from django.test.utils import CaptureQueriesContext
+
+    keys = [key(f"obj-{i}") for i in range(5000)]
+    with CaptureQueriesContext(connection) as q:
+        dispatches = ledger.enqueue(keys, "added", batch=1000)
+    assert len(dispatches) == 5000
+    assert len(q.captured_queries) == 5  # 1,000 keys per statement
+
+
+def test_many_producers_and_consumers_never_process_a_key_twice_at_once():
+    """client-go TestBasic: producers add keys repeatedly, consumers drain concurrently."""
+    names = [f"k{i}" for i in range(20)]
+    in_flight: Counter = Counter()
+    overlaps: list[str] = []
+    runs: Counter = Counter()
+    lock = threading.Lock()
+    pending: list[ledger.Dispatch] = []
+    done = threading.Event()
+
+    def producer(n: int) -> None:
+        for i in range(50):
+            ds = ledger.enqueue([key(names[(n * 7 + i) % len(names)])], "modified")
+            with lock:
+                pending.extend(ds)
+        connection.close()
+
+    def consumer() -> None:
+        while not done.is_set() or pending:
+            with lock:
+                d = pending.pop() if pending else None
+            if d is None:
+                time.sleep(0.001)
+                continue
+            claim = ledger.claim(d.key, d.token, threading.current_thread().name, LEASE)
+            if claim is None:
+                continue
+            with lock:
+                in_flight[d.key] += 1
+                if in_flight[d.key] > 1:
+                    overlaps.append(d.key.name)
+                runs[d.key] += 1
+            time.sleep(0.001)
+            with lock:
+                in_flight[d.key] -= 1
+            follow = ledger.finish(claim, Finish("success", 0), 300)
+            if follow is not None:
+                with lock:
+                    pending.append(follow)
+        connection.close()
+
+    producers = [threading.Thread(target=producer, args=(n,)) for n in range(5)]
+    consumers = [threading.Thread(target=consumer, name=f"c{n}") for n in range(4)]
+    for t in producers + consumers:
+        t.start()
+    for t in producers:
+        t.join()
+    done.set()
+    for t in consumers:
+        t.join(60)
+    assert overlaps == []
+    assert set(runs) == {key(n) for n in names}
+    assert WorkItem.objects.exclude(state="idle").count() == 0
+    assert sum(runs.values()) < 5 * 50  # dedup collapsed adds
