@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from operator_project.environ import load_env_file
 
@@ -49,6 +50,22 @@ def _admin_password(cfg: config.StackConfig) -> str:
     return path.read_text().strip()
 
 
+def _apply_samples(kubeconfig: str, stopping: threading.Event) -> None:
+    """Create the sample objects once the watcher has installed their CRDs."""
+    kubectl = Path(os.environ.get("OPERATOR_CONTROL_PLANE_BIN", "")) / "kubectl"
+    examples = config.REPO / "reconcilers" / "contrib" / "samplecontroller" / "examples"
+    for _ in range(120):
+        out = subprocess.run([str(kubectl), "apply", "-f", str(examples)],
+                             env={**os.environ, "KUBECONFIG": kubeconfig},
+                             capture_output=True, text=True)
+        if out.returncode == 0:
+            print("    demo | " + out.stdout.strip().replace("\n", "\n    demo | "), flush=True)
+            return
+        if stopping.wait(0.5):
+            return
+    print(f"    demo | could not create the sample objects: {out.stderr.strip()}", flush=True)
+
+
 def _pump(name: str, stream, out) -> None:
     for line in iter(stream.readline, b""):
         out.write(f"{name:>8} | {line.decode(errors='replace')}")
@@ -78,12 +95,17 @@ def main() -> int:
         children[name] = proc
         threading.Thread(target=_pump, args=(name, proc.stdout, sys.stdout), daemon=True).start()
 
+    if "watcher" in children:
+        threading.Thread(target=_apply_samples, args=(str(cfg.kubeconfig), stopping),
+                         daemon=True).start()
     print(
         "\n"
         f"  Admin:      http://127.0.0.1:{port}/admin/\n"
         f"  Login:      admin / {password}\n"
         f"  Kubeconfig: {cfg.kubeconfig}   (kubectl: {os.environ.get('OPERATOR_CONTROL_PLANE_BIN', '')}/kubectl)\n"
         f"  Running:    {', '.join(children)}\n"
+        "  Sample:     kubectl get foos,deployments  (the Foo 'example-foo' owns a Deployment)\n"
+        "  History:    python manage.py history foos.samplecontroller.k8s.io default/example-foo\n"
         "  Ctrl-C stops everything started here (make down stops the stack).\n",
         flush=True,
     )

@@ -9,7 +9,7 @@ class ReconcilersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import registry, resources, tasks
+        from . import checks, registry, resources, tasks  # noqa: F401 (checks registers)
 
         resources.autodiscover()
         registry.autodiscover()

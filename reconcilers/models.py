@@ -66,6 +66,18 @@ class RegisteredReconciler(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @classmethod
+    def sync_from(cls, reconcilers) -> None:
+        """Record what the code registers (called when a watcher starts)."""
+        for rec in reconcilers:
+            gvr = rec.primary()
+            cls.objects.update_or_create(name=rec.name(), defaults={
+                "group": gvr.group, "version": gvr.version, "kind": gvr.kind,
+                "plural": gvr.plural, "namespaced": gvr.namespaced,
+                "declared_level": rec.capability_level,
+                "owns": [{"apiVersion": o.api_version, "kind": o.kind} for o in rec.owns],
+            })
+
 
 class WorkItem(models.Model):
     """The durable WorkQueue: one row per object key.

@@ -18,7 +18,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_demo_prints_admin_login_serves_it_and_stops_on_ctrl_c(start_process):
+def test_demo_runs_the_sample_operator_serves_the_admin_and_stops_on_ctrl_c(start_process, kube):
+    from kubernetes import client
+
+    from tests.helpers import wait_for
+
     port = _free_port()
     demo = start_process("demo", [sys.executable, "-m", "devstack.demo"],
                          env={"OPERATOR_DEMO_PORT": str(port)})
@@ -29,6 +33,22 @@ def test_demo_prints_admin_login_serves_it_and_stops_on_ctrl_c(start_process):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=10) as resp:
         assert resp.status == 200
         assert b"csrfmiddlewaretoken" in resp.read()
+
+    demo.wait_for_log("foo.samplecontroller.k8s.io/example-foo", timeout=90)
+    apps = client.AppsV1Api(kube)
+
+    def owned_deployment():
+        try:
+            dep = apps.read_namespaced_deployment("example-foo", "default")
+        except client.ApiException:
+            return None
+        return [r.kind for r in dep.metadata.owner_references or []] == ["Foo"]
+
+    try:
+        wait_for(owned_deployment, 60, "the sample Foo's Deployment")
+    finally:
+        client.CustomObjectsApi(kube).delete_namespaced_custom_object(
+            "samplecontroller.k8s.io", "v1alpha1", "default", "foos", "example-foo")
 
     demo.popen.send_signal(signal.SIGINT)
     assert demo.popen.wait(timeout=40) == 0

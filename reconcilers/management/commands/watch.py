@@ -8,6 +8,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from reconcilers import conf, crds, leader, watch
+from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
 from reconcilers.runner import worker_identity
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         if not names:
             raise CommandError("no reconcilers are registered (is the app in INSTALLED_APPS?)")
         classes = [registry.get_class(n) for n in names]
+        RegisteredReconciler.sync_from(classes)
         crds.sync_registered(classes, self.stdout)
 
         stop = threading.Event()

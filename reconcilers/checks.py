@@ -1,0 +1,51 @@
+"""System checks: catch misconfiguration at start-up, not at the first retry."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+from . import conf
+from .registry import registry
+
+
+@register()
+def check_retry_delays(app_configs, **kwargs):
+    errors = []
+    visibility = (getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}).get(
+        "visibility_timeout", 3600)
+    max_countdown = float(conf.get("RECONCILERS_MAX_COUNTDOWN"))
+    if max_countdown >= visibility:
+        errors.append(Error(
+            f"RECONCILERS_MAX_COUNTDOWN ({max_countdown:g}s) must be shorter than the broker's "
+            f"visibility_timeout ({visibility}s)",
+            hint="Redis redelivers a message whose countdown outlives the visibility timeout, "
+                 "so it would run twice. Longer delays are kept in the ledger anyway.",
+            id="reconcilers.E001"))
+    lease = float(conf.get("RECONCILERS_LEASE_SECONDS"))
+    if float(conf.get("RECONCILERS_REDISPATCH_AFTER")) < 1:
+        errors.append(Error("RECONCILERS_REDISPATCH_AFTER must be at least 1 second",
+                            id="reconcilers.E002"))
+    if lease < 3:
+        errors.append(Warning(
+            f"RECONCILERS_LEASE_SECONDS={lease:g} is very short: a busy database may let leases "
+            "expire mid-run and cause needless retries", id="reconcilers.W001"))
+    return errors
+
+
+@register()
+def check_reconcilers(app_configs, **kwargs):
+    errors = []
+    for cls in registry:
+        if not 1 <= int(cls.capability_level) <= 5:
+            errors.append(Error(
+                f"{cls.__qualname__}.capability_level must be 1-5 (the Operator SDK levels)",
+                obj=cls, id="reconcilers.E010"))
+        if cls.rate_limit is not None:
+            import re
+
+            if not re.fullmatch(r"\d+(\.\d+)?/[smh]", str(cls.rate_limit)):
+                errors.append(Error(
+                    f"{cls.__qualname__}.rate_limit={cls.rate_limit!r} is not a Celery rate "
+                    "(e.g. '10/s', '100/m')", obj=cls, id="reconcilers.E011"))
+    return errors

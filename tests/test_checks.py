@@ -1,0 +1,16 @@
+"""System checks refuse settings that would break the ledger's guarantees."""
+
+from __future__ import annotations
+
+from reconcilers.checks import check_retry_delays
+
+
+def test_a_countdown_longer_than_the_visibility_timeout_is_an_error(settings):
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60}
+    settings.RECONCILERS_MAX_COUNTDOWN = 300
+    (error,) = check_retry_delays(None)
+    assert error.id == "reconcilers.E001"
+
+
+def test_default_delays_pass(settings):
+    assert check_retry_delays(None) == []

@@ -1,0 +1,81 @@
+"""The runner, in process (no Celery): one message in, one outcome and one record out.
+
+Real api-server, PostgreSQL and Redis; the reconcilers are registered in a private registry.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from reconcilers import ledger, runner
+from reconcilers.api import Reconciler, Registry, register
+from reconcilers.models import ReconcileRecord, WorkItem
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GROUP, VERSION, PLURAL = "test.operator.local", "v1", "probes"
+
+
+@pytest.fixture
+def reg():
+    return Registry()
+
+
+def enqueue(name: str, reconciler: str, ns: str):
+    (d,) = ledger.enqueue([ledger.Key(reconciler, ns, name)], "added")
+    return str(d.key), d.token
+
+
+def make_probe(kube, ns, name, **spec):
+    return client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Probe",
+                                     "metadata": {"name": name}, "spec": spec})
+
+
+def test_a_key_of_an_unknown_reconciler_is_recorded_as_permanent(redis_client):
+    key, token = enqueue("x", "widgets.nowhere.example.com", "ns")
+    report = runner.run(key, token, registry=Registry())
+    assert report.outcome == "permanent" and report.follow_up is None
+    record = ReconcileRecord.objects.get()
+    assert "no reconciler named 'widgets.nowhere.example.com'" in record.error_message
+    assert WorkItem.objects.get().state == "idle"
+
+
+def test_an_object_that_no_longer_exists_is_gone(kube, namespace, probe_crds, reg, redis_client):
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            raise AssertionError("must not be called for a deleted object")
+
+    key, token = enqueue("never-existed", Probe.name(), namespace)
+    assert runner.run(key, token, registry=reg).outcome == "gone"
+
+
+def test_a_malformed_object_gets_an_error_record_with_traceback_and_a_retry(
+        kube, namespace, probe_crds, reg, redis_client):
+    @register(registry=reg)
+    class Strict(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            return int(obj["spec"]["replicas"])  # KeyError on a spec without replicas
+
+    make_probe(kube, namespace, "malformed", value=1)
+    key, token = enqueue("malformed", Strict.name(), namespace)
+    report = runner.run(key, token, registry=reg)
+    assert report.outcome == "error"
+    assert report.follow_up is not None and report.follow_up.countdown == 0.005
+    record = ReconcileRecord.objects.get()
+    assert record.error_class == "builtins.KeyError"
+    assert "obj[\"spec\"][\"replicas\"]" in record.traceback
+    assert record.generation == 1 and record.resource_version
+    assert WorkItem.objects.get().state == "backoff"
+
+
+def test_a_stale_message_runs_nothing(reg, redis_client):
+    key, token = enqueue("p", "probes.test.operator.local", "ns")
+    assert runner.run(key, token + 5, registry=reg).dropped is True
+    assert not ReconcileRecord.objects.exists()
