@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from .config import REPO, StackConfig
-from .process import read_pid, spawn, stop, wait_until
+from .process import StartError, port_open, read_pid, spawn, stop, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -112,6 +112,7 @@ def start(cfg: StackConfig) -> None:
     run, logs = cfg.run_dir, cfg.log_dir
 
     if read_pid(run / "etcd.pid") is None:
+        _port_free(cfg.etcd_port, "OPERATOR_ETCD_PORT")
         data = cfg.state_dir / "etcd"
         pid = spawn("etcd", [
             str(bins / "etcd"), "--data-dir", str(data), "--name", "local",
@@ -127,6 +128,7 @@ def start(cfg: StackConfig) -> None:
             60, logs / "etcd.log", pid)
 
     if read_pid(run / "kube-apiserver.pid") is None:
+        _port_free(cfg.apiserver_port, "OPERATOR_APISERVER_PORT")
         pid = spawn("kube-apiserver", [
             str(bins / "kube-apiserver"),
             "--etcd-servers", f"http://127.0.0.1:{cfg.etcd_port}",
@@ -161,6 +163,14 @@ def start(cfg: StackConfig) -> None:
             "--v", "1",
         ], run, logs)
     wait_until("kube-apiserver", lambda: ready(cfg), 180, logs / "kube-apiserver.log")
+
+
+def _port_free(port: int, variable: str) -> None:
+    """Fail clearly when another process (say, a stack of another checkout) holds our port."""
+    if port_open(port):
+        raise StartError(
+            f"127.0.0.1:{port} is in use by a process this checkout did not start "
+            f"(another checkout's stack?): stop it (`make down` there) or set {variable}")
 
 
 def stop_all(cfg: StackConfig) -> list[str]:

@@ -8,6 +8,7 @@ overlap in time.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from itertools import combinations
@@ -261,3 +262,19 @@ def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namesp
     assert items["goes"][-1] == "deleted"
     assert items["stays"][-1] == "relist"
     assert set(stream.known) == {f"{namespace}/stays"}
+
+
+def test_two_watchers_elect_one_leader_and_the_standby_takes_over(kube, namespace, operator):
+    first = operator.start_watcher(PROBE)
+    second = operator.start_process(
+        "standby", [sys.executable, "manage.py", "watch", PROBE], operator.env)
+    second.wait_for_log(f"watching {PROBE}", timeout=60)
+    operator.start_worker()
+    create(kube, namespace, "before", value=1)
+    wait_for(lambda: converged(kube, namespace, ["before"]), 30)
+    assert "leading: starting streams" not in second.log()
+
+    first.kill(signal.SIGKILL)  # no clean release: the standby must wait out the lease
+    second.wait_for_log("leading: starting streams", timeout=30)
+    create(kube, namespace, "after", value=2)
+    wait_for(lambda: converged(kube, namespace, ["after"]), 30, "the new leader to serve")

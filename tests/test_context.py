@@ -1,0 +1,106 @@
+"""``ctx`` helpers against the real api-server: conditions, status, children, conflicts."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from reconcilers import ledger, runner
+from reconcilers.api import Reconciler, Registry, register
+from reconcilers.models import ReconcileRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GROUP, VERSION, PLURAL = "test.operator.local", "v1", "probes"
+
+
+def run_once(reg: Registry, name: str, namespace: str, reconciler: str):
+    (d,) = ledger.enqueue([ledger.Key(reconciler, namespace, name)], "manual")
+    return runner.run(str(d.key), d.token, registry=reg)
+
+
+@pytest.fixture
+def probe(kube, namespace, probe_crds):
+    api = client.CustomObjectsApi(kube)
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Probe", "metadata": {"name": "p"},
+        "spec": {"value": 1}})
+    return lambda: api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "p")
+
+
+def test_conditions_keep_their_transition_time_until_the_status_flips(probe, namespace,
+                                                                      redis_client):
+    reg = Registry()
+    ready = {"value": False}
+
+    @register(registry=reg)
+    class Cond(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.set_condition("Ready", ready["value"], "Waiting" if not ready["value"] else "Up",
+                              "message")
+            ctx.patch_status({"phase": "x"})
+
+    assert run_once(reg, "p", namespace, Cond.name()).outcome == "success"
+    first = {c["type"]: c for c in probe()["status"]["conditions"]}["Ready"]
+    assert first["status"] == "False" and first["reason"] == "Waiting"
+    assert first["observedGeneration"] == 1 and probe()["status"]["observedGeneration"] == 1
+
+    run_once(reg, "p", namespace, Cond.name())
+    again = {c["type"]: c for c in probe()["status"]["conditions"]}["Ready"]
+    assert again["lastTransitionTime"] == first["lastTransitionTime"]
+
+    ready["value"] = True
+    run_once(reg, "p", namespace, Cond.name())
+    flipped = {c["type"]: c for c in probe()["status"]["conditions"]}["Ready"]
+    assert flipped["status"] == "True" and flipped["reason"] == "Up"
+
+
+def test_a_status_write_from_a_stale_copy_conflicts_and_is_retried(kube, probe, namespace,
+                                                                   redis_client):
+    reg = Registry()
+    api = client.CustomObjectsApi(kube)
+
+    @register(registry=reg)
+    class Racer(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            # Someone else writes between our read and our write.
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "p",
+                                               {"metadata": {"labels": {"touched": "yes"}}})
+            ctx.patch_status({"value": 1})
+
+    report = run_once(reg, "p", namespace, Racer.name())
+    assert report.outcome == "error"
+    record = ReconcileRecord.objects.get()
+    assert record.error_message.startswith("409 Conflict")
+    assert report.follow_up is not None  # retried with backoff, as client-go requeues
+
+
+def test_create_or_update_writes_only_when_the_child_differs(kube, probe, namespace,
+                                                             redis_client):
+    reg = Registry()
+    core = client.CoreV1Api(kube)
+
+    @register(registry=reg)
+    class Parent(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "child"},
+                                  "data": {"value": str(obj["spec"]["value"])}})
+
+    run_once(reg, "p", namespace, Parent.name())
+    cm = core.read_namespaced_config_map("child", namespace)
+    assert cm.data == {"value": "1"}
+    assert cm.metadata.owner_references[0].kind == "Probe"
+    assert cm.metadata.owner_references[0].controller is True
+    run_once(reg, "p", namespace, Parent.name())
+    assert core.read_namespaced_config_map("child", namespace).metadata.resource_version == \
+        cm.metadata.resource_version  # nothing changed, nothing written
+    core.patch_namespaced_config_map("child", namespace, {"data": {"value": "drifted"}})
+    run_once(reg, "p", namespace, Parent.name())
+    assert core.read_namespaced_config_map("child", namespace).data == {"value": "1"}

@@ -1,0 +1,73 @@
+"""Resync (level-triggered safety net) and history retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from reconcilers import cache, history, resync
+from reconcilers.models import ReconcileRecord, WorkItem
+from reconcilers.registry import registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROBE = "probes.test.operator.local"
+
+
+def cache_objects(*names: str, ns: str = "ns") -> None:
+    gvr = registry.get_class(PROBE).primary()
+    cache.put_many(gvr, [{"metadata": {"namespace": ns, "name": n, "resourceVersion": "1"}}
+                         for n in names])
+    cache.mark_synced(gvr, "1")
+
+
+def test_resync_of_a_kind_enqueues_every_cached_object(redis_client):
+    cache_objects("a", "b")
+    cache_objects("c", ns="other")
+    assert resync.resync(PROBE) == 3
+    assert sorted(WorkItem.objects.values_list("name", "pending_triggers")) == [
+        ("a", ["manual"]), ("b", ["manual"]), ("c", ["manual"])]
+    assert resync.resync(PROBE, namespace="other") == 1
+
+
+def test_periodic_resync_runs_once_per_period(redis_client, monkeypatch):
+    cls = registry.get_class(PROBE)
+    monkeypatch.setattr(cls, "resync_period", 60)
+    cache_objects("a", "b")
+    assert resync.resync_due() == 2
+    assert resync.resync_due() == 0  # the period has not passed
+    assert all(t == ["resync"] for t in WorkItem.objects.values_list("pending_triggers", flat=True))
+
+
+def test_secret_data_never_enters_the_cache(redis_client):
+    gvr = registry.get_class(PROBE).primary()
+    cache.put_many(gvr, [{"kind": "Secret", "metadata": {
+        "namespace": "ns", "name": "s", "managedFields": [{"manager": "x"}],
+        "annotations": {cache.LAST_APPLIED: "{...}", "keep": "me"}},
+        "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "t"}}])
+    stored = cache.get(gvr, "ns", "s")
+    assert "data" not in stored and "stringData" not in stored
+    assert "managedFields" not in stored["metadata"]
+    assert stored["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_history_pruning_keeps_recent_rows_and_a_bounded_number_per_key():
+    now = timezone.now()
+
+    def rec(name: str, age_days: float) -> None:
+        t = now - timedelta(days=age_days)
+        ReconcileRecord.objects.create(reconciler=PROBE, namespace="ns", name=name,
+                                       started_at=t, finished_at=t, duration_ms=1,
+                                       outcome="success")
+
+    rec("old", 30)
+    for i in range(5):
+        rec("busy", i / 10)
+    rec("quiet", 1)
+    assert history.prune(days=14, per_key=3) == 3
+    assert sorted(ReconcileRecord.objects.values_list("name", flat=True)) == [
+        "busy", "busy", "busy", "quiet"]
+    newest = ReconcileRecord.objects.filter(name="busy").order_by("-started_at")
+    assert newest[0].started_at == now
