@@ -16,8 +16,11 @@ from .models import Outcome, ReconcileRecord
 def record_run(claim: Claim, obj: Mapping | None, *, outcome: str, started: datetime,
                duration: float, requeue_after: float | None = None, error_class: str = "",
                error_message: str = "", traceback: str = "", worker: str = "",
-               task_id: str = "", events: list | None = None) -> ReconcileRecord:
+               task_id: str = "", events: list | None = None, final: Mapping | None = None,
+               phase: str = "") -> ReconcileRecord:
+    """``obj`` is what the run saw; ``final`` the object as it left it (after status writes)."""
     meta = (obj or {}).get("metadata") or {}
+    status = (final or obj or {}).get("status") or {}
     return ReconcileRecord.objects.create(
         reconciler=claim.key.reconciler, namespace=claim.key.namespace, name=claim.key.name,
         uid=meta.get("uid", ""), triggers=claim.triggers, attempt=claim.attempts + 1,
@@ -26,6 +29,10 @@ def record_run(claim: Claim, obj: Mapping | None, *, outcome: str, started: date
         error_class=error_class, error_message=error_message, traceback=traceback,
         resource_version=meta.get("resourceVersion", ""), generation=meta.get("generation"),
         worker=worker, task_id=task_id, audit_ids=claim.audit_ids, events=events or [],
+        conditions=status.get("conditions") or [] if isinstance(status, Mapping) else [],
+        observed_generation=status.get("observedGeneration") if isinstance(status, Mapping)
+        else None,
+        phase=phase,
     )
 
 

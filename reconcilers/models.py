@@ -56,6 +56,10 @@ class RegisteredReconciler(models.Model):
     namespaced = models.BooleanField(default=True)
     declared_level = models.PositiveSmallIntegerField(default=1)
     owns = models.JSONField(default=list, blank=True)
+    resync_period = models.FloatField(
+        null=True, blank=True,
+        help_text="Seconds between periodic resyncs of every object; overrides the code's "
+                  "value when set (0 = never). Takes effect within a minute, no restart.")
     registered_at = models.DateTimeField(auto_now_add=True)
     seen_at = models.DateTimeField(auto_now=True)
 
@@ -124,6 +128,11 @@ class WorkItem(models.Model):
             models.Index(fields=["state", "due_at"], name="workitem_state_due"),
             models.Index(fields=["reconciler", "state"], name="workitem_reconciler_state"),
         ]
+        permissions = [
+            ("resync_workitem", "Can trigger a manual resync"),
+            ("pause_workitem", "Can pause and resume reconciles"),
+        ]
+        verbose_name = "work item"
 
     def __str__(self) -> str:
         return self.key_str
@@ -160,6 +169,12 @@ class ReconcileRecord(models.Model):
     audit_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     events = models.JSONField(default=list, blank=True,
                               help_text="Kubernetes Events the run emitted, kept after they expire")
+    conditions = models.JSONField(default=list, blank=True,
+                                  help_text="status.conditions of the object when the run ended")
+    observed_generation = models.BigIntegerField(
+        null=True, blank=True, help_text="status.observedGeneration when the run ended")
+    phase = models.CharField(max_length=16, blank=True, default="",
+                             help_text="reconcile or finalize (empty when nothing ran)")
 
     class Meta:
         ordering = ["-started_at"]
@@ -198,3 +213,68 @@ class WatchStream(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reconciler} <- {self.resource}"
+
+
+class AuditLogQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("the audit log is append-only")
+
+    def delete(self):
+        raise TypeError("the audit log is append-only")
+
+
+class AuditLog(models.Model):
+    """Append-only record of every manual action: who, when, what, how many keys, from where."""
+
+    class Action(models.TextChoices):
+        RESYNC = "resync"
+        PAUSE = "pause"
+        RESUME = "resume"
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey("auth.User", null=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    username = models.CharField(max_length=150, help_text="kept if the user is deleted")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    reconciler = models.CharField(max_length=253)
+    keys = models.JSONField(default=list, help_text="the keys acted on (at most 1,000 listed)")
+    key_count = models.PositiveIntegerField()
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    source = models.CharField(max_length=32, default="admin")
+
+    objects = AuditLogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "audit log entry"
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.username} {self.action} {self.key_count} key(s) of {self.reconciler}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError("the audit log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("the audit log is append-only")
+
+
+class CapabilityLevel(models.Model):
+    """The five Operator SDK capability levels and their criteria (seeded by a migration).
+
+    ``criteria`` is a list of ``{"id", "text", "observed"}``; ``observed`` criteria are scored
+    from the ledger and history by ``capabilities.py``, the others are the operator's claim.
+    """
+
+    level = models.PositiveSmallIntegerField(primary_key=True)
+    name = models.CharField(max_length=64)
+    summary = models.TextField()
+    criteria = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["level"]
+
+    def __str__(self) -> str:
+        return f"{self.level}. {self.name}"

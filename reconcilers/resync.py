@@ -40,6 +40,13 @@ def resync(reconciler: str, namespace: str | None = None, name: str | None = Non
 
 
 def period_of(reconciler: str) -> float:
+    """The admin's override (``RegisteredReconciler.resync_period``), else the code's value."""
+    from .models import RegisteredReconciler
+
+    override = (RegisteredReconciler.objects.filter(name=reconciler)
+                .values_list("resync_period", flat=True).first())
+    if override is not None:
+        return float(override)
     declared = registry.get_class(reconciler).resync_period
     return float(conf.get("RECONCILERS_RESYNC_PERIOD") if declared is None else declared)
 

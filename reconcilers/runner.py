@@ -54,6 +54,8 @@ class _Run:
     error_message: str = ""
     tb: str = ""
     obj: dict | None = None
+    final: dict | None = None  # the object as the run left it (status written)
+    phase: str = ""
     events: list = field(default_factory=list)
 
 
@@ -104,17 +106,20 @@ def read_object(cls: type[Reconciler], key: Key, api) -> dict | None:
         raise
 
 
-def _call(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context) -> tuple[str, Result | None]:
+def _call(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
+          state: _Run) -> tuple[str, Result | None]:
     """Finalizer handling around the user's code. Returns (outcome if decided here, result)."""
     finalizer = cls.finalizer_name()
     meta = obj["metadata"]
     if meta.get("deletionTimestamp"):
         if finalizer and finalizer in (meta.get("finalizers") or []):
+            state.phase = "finalize"
             result = reconciler.finalize(obj, ctx)  # type: ignore[attr-defined]
             if result is None or (not result.requeue and result.requeue_after is None):
                 ctx.remove_finalizer(finalizer)
             return "", result
         return Outcome.SKIPPED, None
+    state.phase = "reconcile"
     if finalizer:
         ctx.add_finalizer(finalizer)
         obj = ctx.obj
@@ -198,9 +203,9 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
             ctx = Context(key, cls, obj, api)
             try:
                 with _LeaseKeeper(claim, lease):
-                    decided, result = _call(registry.get(key.reconciler), cls, obj, ctx)
+                    decided, result = _call(registry.get(key.reconciler), cls, obj, ctx, state)
             finally:
-                state.events = ctx.events
+                state.events, state.final = ctx.events, ctx.obj
             _classify(state, result, decided, backoff)
     except Exception as exc:
         _capture(state, exc, backoff)
@@ -224,7 +229,8 @@ def _finish(claim: Claim, state: _Run, started: datetime, duration: float, worke
                     claim, state.obj, outcome=state.outcome, started=started,
                     duration=duration, requeue_after=state.delay,
                     error_class=state.error_class, error_message=state.error_message,
-                    traceback=state.tb, worker=worker, task_id=task_id, events=state.events)
+                    traceback=state.tb, worker=worker, task_id=task_id, events=state.events,
+                    final=state.final, phase=state.phase)
                 follow_up = ledger.finish(claim, Finish(
                     outcome=state.outcome, attempts=state.attempts, delay=state.delay,
                     retry_trigger=state.retry_trigger, error=state.error_message),

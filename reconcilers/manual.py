@@ -1,0 +1,58 @@
+"""Manual actions by people (admin, commands): audited, and always through the ledger.
+
+Each action writes one append-only ``AuditLog`` row and passes its id along with the keys, so
+the runs it causes carry ``audit_ids`` back to it. Nothing here calls the Kubernetes API: an
+admin request only writes to PostgreSQL and publishes Celery messages.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from django.db import transaction
+
+from . import dispatch, ledger
+from .ledger import Key
+from .models import AuditLog, Trigger
+
+MAX_LISTED_KEYS = 1000
+
+
+def _audit(user, ip: str | None, action: str, reconciler: str, keys: Sequence[Key],
+           source: str) -> AuditLog:
+    return AuditLog.objects.create(
+        user=user if getattr(user, "pk", None) else None,
+        username=getattr(user, "username", "") or "system",
+        action=action, reconciler=reconciler, keys=[str(k) for k in keys[:MAX_LISTED_KEYS]],
+        key_count=len(keys), ip=ip or None, source=source)
+
+
+def _by_reconciler(keys: Sequence[Key]) -> dict[str, list[Key]]:
+    out: dict[str, list[Key]] = {}
+    for k in keys:
+        out.setdefault(k.reconciler, []).append(k)
+    return out
+
+
+def resync(user, keys: Sequence[Key], ip: str | None = None,
+           source: str = "admin") -> list[AuditLog]:
+    """Enqueue ``keys`` with trigger ``manual``; one audit row per reconciler."""
+    rows = []
+    with transaction.atomic():
+        for reconciler, group in _by_reconciler(keys).items():
+            row = _audit(user, ip, AuditLog.Action.RESYNC, reconciler, group, source)
+            dispatch.enqueue(group, Trigger.MANUAL, audit_id=row.pk)
+            rows.append(row)
+    return rows
+
+
+def set_paused(user, keys: Sequence[Key], paused: bool, ip: str | None = None,
+               source: str = "admin") -> list[AuditLog]:
+    """Pause (never claimed until resumed) or resume keys; resuming sends what waited."""
+    action = AuditLog.Action.PAUSE if paused else AuditLog.Action.RESUME
+    rows = []
+    with transaction.atomic():
+        for reconciler, group in _by_reconciler(keys).items():
+            rows.append(_audit(user, ip, action, reconciler, group, source))
+            dispatch.send_on_commit(ledger.set_paused(group, paused))
+    return rows

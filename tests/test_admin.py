@@ -1,0 +1,215 @@
+"""The admin: permissions on the server, CSRF, audited manual actions through the ledger,
+clear messages for bad input, escaped and redacted object data, pages that render."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from reconcilers import cache, ledger, runner
+from reconcilers.capabilities import evidenced_level, score
+from reconcilers.ledger import Key
+from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
+from reconcilers.registry import registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROBE = "probes.test.operator.local"
+CHANGELIST = "admin:reconcilers_workitem_changelist"
+
+
+def staff(*perms: str) -> User:
+    user = User.objects.create_user(f"u{User.objects.count()}", password="pw", is_staff=True)
+    for codename in ("view_workitem", "view_reconcilerecord", "view_registeredreconciler",
+                     "change_registeredreconciler", "view_watchstream", "view_auditlog",
+                     "view_capabilitylevel", *perms):
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+def client_for(user: User, csrf: bool = False) -> Client:
+    c = Client(enforce_csrf_checks=csrf)
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def items(redis_client):
+    ledger.enqueue([Key(PROBE, "ns", "a"), Key(PROBE, "ns", "b")], "added")
+    WorkItem.objects.update(state="idle")
+    return list(WorkItem.objects.order_by("name"))
+
+
+def post_action(c: Client, action: str, items) -> object:
+    return c.post(reverse(CHANGELIST), {"action": action,
+                                        "_selected_action": [i.pk for i in items]})
+
+
+def test_resync_without_the_permission_is_403_and_enqueues_nothing(items):
+    c = client_for(staff())
+    assert post_action(c, "resync_selected", items).status_code == 403
+    assert not WorkItem.objects.filter(state="queued").exists()
+    assert not AuditLog.objects.exists()
+    # and the action is not even offered
+    assert b"resync_selected" not in c.get(reverse(CHANGELIST)).content
+
+
+def test_pause_without_the_permission_is_403(items):
+    c = client_for(staff("resync_workitem"))
+    assert post_action(c, "pause_selected", items).status_code == 403
+    assert not WorkItem.objects.filter(paused=True).exists()
+
+
+def test_a_forged_post_without_csrf_token_fails(items):
+    c = client_for(staff("resync_workitem"), csrf=True)
+    assert post_action(c, "resync_selected", items).status_code == 403
+    assert not AuditLog.objects.exists()
+
+
+def test_manual_resync_goes_through_the_ledger_and_its_run_links_to_the_audit_row(items):
+    user = staff("resync_workitem")
+    c = client_for(user)
+    running = ledger.claim(Key(PROBE, "ns", "b"), ledger.enqueue([Key(PROBE, "ns", "b")],
+                                                                 "modified")[0].token, "w", 30)
+    response = post_action(c, "resync_selected", items)
+    assert response.status_code == 302
+    (audit,) = AuditLog.objects.all()
+    assert (audit.username, audit.action, audit.key_count, audit.ip) == (
+        user.username, "resync", 2, "127.0.0.1")
+    a, b = WorkItem.objects.order_by("name")
+    assert a.state == "queued" and a.pending_triggers[-1] == "manual"
+    assert a.pending_audit == [audit.pk]
+    assert b.state == "running" and b.dirty  # never a concurrent run: re-run after this one
+    ledger.finish(running, ledger.Finish("success", 0), 300)
+
+    report = runner.run(str(Key(PROBE, "ns", "a")), a.token)  # gone: no such Probe exists
+    record = ReconcileRecord.objects.get(pk=report.record_id)
+    assert "manual" in record.triggers and record.audit_ids == [audit.pk]
+    page = c.get(reverse("admin:reconcilers_reconcilerecord_change", args=[record.pk]))
+    assert reverse("admin:reconcilers_auditlog_change", args=[audit.pk]) in page.content.decode()
+
+
+def test_pause_and_resume_are_audited_and_a_paused_key_waits(items):
+    c = client_for(staff("pause_workitem"))
+    post_action(c, "pause_selected", items)
+    assert WorkItem.objects.filter(paused=True).count() == 2
+    ledger.enqueue([Key(PROBE, "ns", "a")], "modified")
+    assert WorkItem.objects.get(name="a").state == "idle"
+    post_action(c, "resume_selected", items)
+    assert WorkItem.objects.get(name="a").state == "queued"
+    assert list(AuditLog.objects.order_by("created_at").values_list("action", flat=True)) == [
+        "pause", "resume"]
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"reconciler": "nope.example.com", "namespace": "ns", "name": "x"}, "Select a valid choice"),
+    ({"reconciler": PROBE, "namespace": "Bad NS", "name": "x"}, "not a valid namespace"),
+    ({"reconciler": PROBE, "namespace": "ns", "name": "x/../y"}, "not a valid object name"),
+    ({"reconciler": PROBE, "namespace": "", "name": "x"}, "give the object&#x27;s namespace"),
+])
+def test_the_resync_form_explains_bad_input_and_enqueues_nothing(data, message, redis_client):
+    c = client_for(staff("resync_workitem"))
+    page = c.post(reverse("admin:reconcilers_resync_object"), data)
+    assert page.status_code == 200 and message in page.content.decode()
+    assert not WorkItem.objects.exists() and not AuditLog.objects.exists()
+
+
+def test_the_resync_form_enqueues_one_object(redis_client):
+    c = client_for(staff("resync_workitem"))
+    page = c.post(reverse("admin:reconcilers_resync_object"),
+                  {"reconciler": PROBE, "namespace": "ns", "name": "one"}, follow=True)
+    assert "enqueued for a manual resync" in page.content.decode()
+    assert WorkItem.objects.get().pending_triggers == ["manual"]
+
+
+def test_the_resync_form_needs_the_permission(redis_client):
+    c = client_for(staff())
+    assert c.get(reverse("admin:reconcilers_resync_object")).status_code == 403
+
+
+def test_object_data_is_redacted_and_escaped(redis_client):
+    gvr = registry.get_class(PROBE).primary()
+    cache.put_many(gvr, [{"kind": "Probe", "metadata": {
+        "namespace": "ns", "name": "evil", "managedFields": [{"manager": "kubectl"}],
+        "annotations": {"note": "<script>alert(1)</script>",
+                        cache.LAST_APPLIED: '{"secret": "x"}'}}}])
+    page = client_for(staff()).get(reverse("admin:reconcilers_timeline"),
+                                   {"reconciler": PROBE, "namespace": "ns", "name": "evil"})
+    html = page.content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert(1)" not in html
+    assert "managedFields" not in html and "last-applied-configuration" not in html
+
+
+def test_every_admin_page_renders_for_staff(items):
+    now = timezone.now()
+    ReconcileRecord.objects.create(reconciler=PROBE, namespace="ns", name="a", started_at=now,
+                                   finished_at=now, duration_ms=2, outcome="error",
+                                   error_message="boom", traceback="Traceback...",
+                                   triggers=["added"])
+    RegisteredReconciler.sync_from([registry.get_class(PROBE)])
+    c = client_for(staff())
+    for url in [reverse("admin:index"), reverse("admin:reconcilers_dashboard"),
+                reverse(CHANGELIST), reverse("admin:reconcilers_reconcilerecord_changelist"),
+                reverse("admin:reconcilers_reconcilerecord_changelist") + "?outcome__exact=error",
+                reverse("admin:reconcilers_registeredreconciler_changelist"),
+                reverse("admin:reconcilers_registeredreconciler_change",
+                        args=[RegisteredReconciler.objects.get().pk]),
+                reverse("admin:reconcilers_watchstream_changelist"),
+                reverse("admin:reconcilers_auditlog_changelist"),
+                reverse("admin:reconcilers_capabilitylevel_changelist"),
+                reverse("admin:reconcilers_timeline") + f"?reconciler={PROBE}&namespace=ns&name=a"]:
+        assert c.get(url).status_code == 200, url
+
+
+def test_history_changelist_queries_do_not_grow_with_rows(django_assert_max_num_queries):
+    now = timezone.now()
+    ReconcileRecord.objects.bulk_create([
+        ReconcileRecord(reconciler=PROBE, namespace="ns", name=f"o{i}", started_at=now,
+                        finished_at=now, duration_ms=1, outcome="success", audit_ids=[1])
+        for i in range(60)])
+    c = client_for(staff())
+    with django_assert_max_num_queries(12):
+        assert c.get(reverse("admin:reconcilers_reconcilerecord_changelist")).status_code == 200
+
+
+def test_the_resync_period_is_editable_and_used(redis_client):
+    from reconcilers import resync
+
+    RegisteredReconciler.sync_from([registry.get_class(PROBE)])
+    rec = RegisteredReconciler.objects.get(name=PROBE)
+    c = client_for(staff())
+    c.post(reverse("admin:reconcilers_registeredreconciler_change", args=[rec.pk]),
+           {"resync_period": "120"})
+    assert resync.period_of(PROBE) == 120.0
+
+
+def test_the_audit_log_is_append_only():
+    row = AuditLog.objects.create(username="x", action="resync", reconciler=PROBE, key_count=1)
+    with pytest.raises(TypeError):
+        row.save()
+    with pytest.raises(TypeError):
+        AuditLog.objects.all().delete()
+
+
+def test_capability_level_is_scored_from_history():
+    now = timezone.now()
+
+    def run(outcome, **kw):
+        defaults = dict(reconciler=PROBE, namespace="ns", name="a", started_at=now,
+                        finished_at=now, duration_ms=1, outcome=outcome, generation=1)
+        defaults.update(kw)
+        return ReconcileRecord.objects.create(**defaults)
+
+    assert evidenced_level(score(PROBE)) == 0
+    run("success", observed_generation=1, conditions=[{"type": "Ready", "status": "True"}])
+    assert evidenced_level(score(PROBE)) == 1
+    run("success", generation=2, observed_generation=2, started_at=now + timedelta(seconds=1))
+    assert evidenced_level(score(PROBE)) == 2
+    level3 = [c for c in score(PROBE)[2].criteria if c.observable]
+    assert [c.met for c in level3] == [False, False]
