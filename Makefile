@@ -23,6 +23,7 @@ status:
 	@python3 -m devstack status
 
 test: up
+	@bash hack/ensure-test-tools.sh
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 demo: up

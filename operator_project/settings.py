@@ -47,6 +47,7 @@ if OPERATOR_SAMPLES:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -102,6 +103,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# whitenoise serves the collected files from the web process itself (no separate file server in
+# the container image). Hashed, compressed names in production; plain files in development, where
+# nothing has been collected and runserver/whitenoise find them in the apps.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage" if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage",
+    },
+}
+WHITENOISE_AUTOREFRESH = DEBUG
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
 
@@ -148,3 +160,41 @@ LOGGING = {
         "urllib3": {"level": "WARNING"},
     },
 }
+
+
+# === Deployment: production hardening and health checks ======================================
+# `python manage.py check --deploy` passes when DEBUG is off and ALLOWED_HOSTS is set. Behind a
+# TLS-terminating proxy, declare it with SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https":
+# the proxy then owns the HTTP->HTTPS redirect, so SECURE_SSL_REDIRECT defaults to off.
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+_proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER")
+if _proxy_ssl_header:
+    if len(_proxy_ssl_header) != 2 or not _proxy_ssl_header[0].startswith("HTTP_"):
+        raise ImproperlyConfigured(
+            "SECURE_PROXY_SSL_HEADER must be 'HTTP_<HEADER>,<value>', "
+            "e.g. 'HTTP_X_FORWARDED_PROTO,https'"
+        )
+    SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header[0], _proxy_ssl_header[1])
+
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG and not _proxy_ssl_header)
+if _proxy_ssl_header and not SECURE_SSL_REDIRECT:
+    # W008 asks for SECURE_SSL_REDIRECT; the declared proxy does the redirect instead.
+    SILENCED_SYSTEM_CHECKS = [*globals().get("SILENCED_SYSTEM_CHECKS", []), "security.W008"]
+# Probes (compose healthchecks, kubelet) speak plain HTTP to the process, not through the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+
+# HSTS is remembered by browsers for SECURE_HSTS_SECONDS, so it is opt-in: start small (3600)
+# and raise it once HTTPS is known to work everywhere.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+
+# Health checks (operator_project/health.py): seconds each readiness check may take, and how old
+# the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
+OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
+OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)
+# === End of deployment settings ================================================================

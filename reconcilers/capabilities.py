@@ -1,42 +1,57 @@
-"""Score a reconciler's capability level from evidence in history.
+"""Score a reconciler's capability level from evidence its runs leave behind.
 
-Each observable criterion (see ``capability_levels.py``) maps to one query that finds a run
-proving it; the evidenced level is the highest level whose observable criteria - and those of
-every level below - all have proof. Criteria nobody can observe (backups, auto-scaling) count
-only as the operator's claim and are shown as such.
+Each observable criterion (see ``capability_levels.py``) is a predicate over one finished run;
+the runner calls ``record_evidence`` for every run, and the first run that proves a criterion
+is kept in ``CapabilityEvidence`` (a per-process memo makes that one INSERT per criterion per
+process, not one per run). The evidenced level is the highest level whose observable criteria
+- and those of every level below - all have proof. Criteria nobody can observe (backups,
+auto-scaling) count only as the operator's claim and are shown as such.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db import connection, transaction
 
 from .capability_levels import as_rows
-from .models import Outcome, ReconcileRecord
+from .models import CapabilityEvidence, Outcome, ReconcileRecord
 
 
-def _success(reconciler: str) -> QuerySet:
-    return ReconcileRecord.objects.filter(reconciler=reconciler, outcome=Outcome.SUCCESS)
+def _ok(r: ReconcileRecord) -> bool:
+    return r.outcome == Outcome.SUCCESS
 
 
-def _recovered(reconciler: str) -> QuerySet:
-    earlier_error = ReconcileRecord.objects.filter(
-        reconciler=reconciler, namespace=OuterRef("namespace"), name=OuterRef("name"),
-        outcome=Outcome.ERROR, started_at__lt=OuterRef("started_at"))
-    return _success(reconciler).filter(Exists(earlier_error))
-
-
-EVIDENCE = {
-    "success": _success,
-    "observed_generation": lambda r: _success(r).filter(observed_generation=F("generation")),
-    "conditions": lambda r: _success(r).exclude(conditions=[]),
-    "spec_change": lambda r: _success(r).filter(generation__gt=1),
-    "finalizer": lambda r: _success(r).filter(phase="finalize"),
-    "recovered": _recovered,
-    "events": lambda r: ReconcileRecord.objects.filter(reconciler=r).exclude(events=[]),
-    "auto_healing": lambda r: _success(r).filter(triggers__contains=["owned-child"]),
+# criterion evidence id -> does this run prove it? (``attempts`` = failures before this run)
+EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
+    "success": lambda r, a: _ok(r),
+    "observed_generation": lambda r, a: _ok(r) and r.generation is not None
+    and r.observed_generation == r.generation,
+    "conditions": lambda r, a: _ok(r) and bool(r.conditions),
+    "spec_change": lambda r, a: _ok(r) and (r.generation or 0) > 1,
+    "finalizer": lambda r, a: _ok(r) and r.phase == "finalize",
+    "recovered": lambda r, a: _ok(r) and a > 0,
+    "events": lambda r, a: bool(r.events),
+    "auto_healing": lambda r, a: _ok(r) and "owned-child" in (r.triggers or []),
 }
+
+_recorded: set[tuple[str, str]] = set()
+
+
+def record_evidence(record: ReconcileRecord, failures_before: int) -> None:
+    """Keep the first proof of each criterion this run meets (inside the run's transaction)."""
+    new = [(record.reconciler, cid) for cid, proves in EVIDENCE.items()
+           if (record.reconciler, cid) not in _recorded and proves(record, failures_before)]
+    if not new:
+        return
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {CapabilityEvidence._meta.db_table} "
+            "(reconciler, criterion, record_id, seen_at) VALUES (%s, %s, %s, now()) "
+            "ON CONFLICT (reconciler, criterion) DO NOTHING",
+            [(r, cid, record.pk) for r, cid in new])
+    transaction.on_commit(lambda: _recorded.update(new))
 
 
 @dataclass(frozen=True)
@@ -63,19 +78,14 @@ class LevelScore:
 
 
 def score(reconciler: str) -> list[LevelScore]:
-    """Per level, each criterion with the id of a run that proves it (if any).
-
-    The definitions come from ``capability_levels`` (the same data the migration seeds into
-    ``CapabilityLevel`` for the admin), so scoring never depends on seeded rows."""
+    """Per level, each criterion with the id of a run that proves it (one small query)."""
+    proofs = dict(CapabilityEvidence.objects.filter(reconciler=reconciler)
+                  .values_list("criterion", "record_id"))
     out = []
     for level in as_rows():
-        criteria = []
-        for c in level["criteria"]:
-            finder = EVIDENCE.get(c.get("evidence") or "")
-            proof = None
-            if finder is not None:
-                proof = finder(reconciler).order_by().values_list("id", flat=True).first()
-            criteria.append(Criterion(c["id"], c["text"], finder is not None, proof))
+        criteria = [Criterion(c["id"], c["text"], c["evidence"] in EVIDENCE,
+                              proofs.get(c["evidence"]))
+                    for c in level["criteria"]]
         out.append(LevelScore(level["level"], level["name"], criteria))
     return out
 

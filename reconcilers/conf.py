@@ -68,7 +68,7 @@ def get(name: str):
     import os
 
     value = os.environ.get(name)
-    if value is None:
+    if value is None or value == "":
         return default
     if isinstance(default, bool):
         return value.lower() in {"1", "true", "yes", "on"}

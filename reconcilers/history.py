@@ -19,9 +19,11 @@ def record_run(claim: Claim, obj: Mapping | None, *, outcome: str, started: date
                task_id: str = "", events: list | None = None, final: Mapping | None = None,
                phase: str = "") -> ReconcileRecord:
     """``obj`` is what the run saw; ``final`` the object as it left it (after status writes)."""
+    from .capabilities import record_evidence
+
     meta = (obj or {}).get("metadata") or {}
     status = (final or obj or {}).get("status") or {}
-    return ReconcileRecord.objects.create(
+    record = ReconcileRecord.objects.create(
         reconciler=claim.key.reconciler, namespace=claim.key.namespace, name=claim.key.name,
         uid=meta.get("uid", ""), triggers=claim.triggers, attempt=claim.attempts + 1,
         started_at=started, finished_at=started + timedelta(seconds=duration),
@@ -34,6 +36,8 @@ def record_run(claim: Claim, obj: Mapping | None, *, outcome: str, started: date
         else None,
         phase=phase,
     )
+    record_evidence(record, claim.attempts)
+    return record
 
 
 def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:

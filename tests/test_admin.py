@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from reconcilers import cache, ledger, runner
+from reconcilers import cache, capabilities, ledger, runner
 from reconcilers.capabilities import evidenced_level, score
 from reconcilers.ledger import Key
 from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
@@ -200,11 +200,15 @@ def test_the_audit_log_is_append_only():
 def test_capability_level_is_scored_from_history():
     now = timezone.now()
 
-    def run(outcome, **kw):
+    capabilities._recorded.clear()  # the per-process memo outlives the flushed test database
+
+    def run(outcome, failures_before=0, **kw):
         defaults = dict(reconciler=PROBE, namespace="ns", name="a", started_at=now,
                         finished_at=now, duration_ms=1, outcome=outcome, generation=1)
         defaults.update(kw)
-        return ReconcileRecord.objects.create(**defaults)
+        record = ReconcileRecord.objects.create(**defaults)
+        capabilities.record_evidence(record, failures_before)
+        return record
 
     assert evidenced_level(score(PROBE)) == 0
     run("success", observed_generation=1, conditions=[{"type": "Ready", "status": "True"}])
@@ -213,3 +217,22 @@ def test_capability_level_is_scored_from_history():
     assert evidenced_level(score(PROBE)) == 2
     level3 = [c for c in score(PROBE)[2].criteria if c.observable]
     assert [c.met for c in level3] == [False, False]
+    recovered = run("success", failures_before=2, started_at=now + timedelta(seconds=2))
+    finalized = run("success", phase="finalize", started_at=now + timedelta(seconds=3))
+    assert {c.id: c.record_id for c in score(PROBE)[2].criteria if c.observable} == {
+        "finalizer-cleanup": finalized.pk, "recovers": recovered.pk}
+    assert evidenced_level(score(PROBE)) == 3
+
+
+def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():
+    from datetime import datetime, timezone as tz
+
+    for day in (3, 5):
+        t = datetime(2026, 11, day, 12, tzinfo=tz.utc)
+        ReconcileRecord.objects.create(reconciler=PROBE, namespace="ns", name="a",
+                                       started_at=t, finished_at=t, duration_ms=1,
+                                       outcome="success")
+    days = ReconcileRecord.objects.datetimes("started_at", "day")
+    assert [d.day for d in days] == [3, 4, 5]
+    assert [m.month for m in ReconcileRecord.objects.datetimes("started_at", "month")] == [11]
+    assert ReconcileRecord.objects.filter(name="none").datetimes("started_at", "year") == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -24,16 +25,21 @@ class Command(BaseCommand):
         unknown = [n for n in names if n not in registry]
         if unknown:
             raise CommandError(f"unknown reconciler(s) {unknown}; registered: {registry.names()}")
-        if not names:
-            raise CommandError("no reconcilers are registered (is the app in INSTALLED_APPS?)")
-        classes = [registry.get_class(n) for n in names]
-        RegisteredReconciler.sync_from(classes)
-        crds.sync_registered(classes, self.stdout)
-
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        identity = worker_identity()
+        # Unique per process even where containers share a host name and pid numbers.
+        identity = f"{worker_identity()}:{uuid.uuid4().hex[:8]}"
+        if not names:
+            # Idle rather than exit: a restart loop helps nobody; the message says what to do.
+            self.stderr.write("no reconcilers are registered: add an app with a reconcilers.py "
+                              "to INSTALLED_APPS (or OPERATOR_SAMPLES=1); idling")
+            while not stop.wait(5):
+                watch.heartbeat(identity)
+            return
+        classes = [registry.get_class(n) for n in names]
+        RegisteredReconciler.sync_from(classes)
+        crds.sync_registered(classes, self.stdout)
 
         elector = None
         if conf.get("RECONCILERS_LEADER_ELECTION"):

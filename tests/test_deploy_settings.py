@@ -1,0 +1,87 @@
+"""Production settings: ``manage.py check --deploy`` passes with a production environment.
+
+Each case runs ``manage.py`` in a fresh process with only the variables given here (plus PATH and
+HOME), so neither this test run's settings nor ``.local/env`` leak in.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def production_env(**overrides: str) -> dict[str, str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "OPERATOR_ENV_FILE": "/nonexistent",
+        "DJANGO_SETTINGS_MODULE": "operator_project.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "DATABASE_URL": os.environ.get("DATABASE_URL",
+                                       "postgres://operator:operator@127.0.0.1:15432/operator"),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0"),
+        "ALLOWED_HOSTS": "operator.example.com",
+        "CSRF_TRUSTED_ORIGINS": "https://operator.example.com",
+        "SECURE_HSTS_SECONDS": "31536000",
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
+        "SECURE_HSTS_PRELOAD": "1",
+    }
+    env.update(overrides)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_check_deploy_passes_behind_a_tls_terminating_proxy():
+    result = check_deploy(production_env(SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https"))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_check_deploy_passes_when_django_redirects_to_https_itself():
+    result = check_deploy(production_env())
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_deploy_reports_cookies_sent_over_plain_http():
+    result = check_deploy(production_env(SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0"))
+
+    assert result.returncode != 0
+    assert "security.W012" in result.stderr and "security.W016" in result.stderr
+
+
+def test_check_deploy_reports_a_proxy_that_does_not_redirect_when_none_is_declared():
+    result = check_deploy(production_env(SECURE_SSL_REDIRECT="0"))
+
+    assert result.returncode != 0
+    assert "security.W008" in result.stderr
+
+
+@pytest.mark.parametrize("missing", ["SECRET_KEY", "DATABASE_URL"])
+def test_production_refuses_to_start_without_a_required_variable(missing):
+    result = check_deploy(production_env(**{missing: None}))
+
+    assert result.returncode != 0
+    assert f"{missing} must be set when DEBUG is off" in result.stderr
+
+
+def test_a_malformed_proxy_header_is_a_clear_error():
+    result = check_deploy(production_env(SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto"))
+
+    assert result.returncode != 0
+    assert "SECURE_PROXY_SSL_HEADER must be 'HTTP_<HEADER>,<value>'" in result.stderr
