@@ -89,6 +89,7 @@ class Reconciler:
         backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
         timeout: seconds a run may hold its key before its lease is renewed or lost.
         capability_level: the Operator SDK level (1-5) this operator claims.
+        rbac_rules: extra ClusterRole rules ``manage.py rbac`` adds (e.g. reading Secrets).
     """
 
     resource: ClassVar[Any] = None
@@ -107,6 +108,7 @@ class Reconciler:
     backoff_max: ClassVar[float | None] = None
     timeout: ClassVar[float | None] = None
     capability_level: ClassVar[int] = 1
+    rbac_rules: ClassVar[Sequence[dict]] = ()
 
     def reconcile(self, obj: dict, ctx: "Context") -> "Result | None":
         raise NotImplementedError(f"{type(self).__name__} must implement reconcile(obj, ctx)")
