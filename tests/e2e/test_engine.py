@@ -121,13 +121,26 @@ def test_a_burst_of_updates_collapses_into_a_few_runs_that_end_on_the_final_gene
     create(kube, namespace, "busy", value=0, sleep=0.05)
     wait_for(lambda: converged(kube, namespace, ["busy"]), 30)
     before = ReconcileRecord.objects.filter(name="busy").count()
-    for i in range(1, 101):
-        patch(kube, namespace, "busy", value=i)
+    started = time.monotonic()
+
+    def burst(offset: int) -> None:  # 10 clients x 10 updates: the burst lands within ~1 s
+        for i in range(10):
+            patch(kube, namespace, "busy", value=offset * 10 + i + 1)
+
+    clients = [threading.Thread(target=burst, args=(n,)) for n in range(10)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    burst_seconds = time.monotonic() - started
     final = get(kube, namespace, "busy")
     wait_for(lambda: converged(kube, namespace, ["busy"]), 60, "convergence after the burst")
     runs = list(ReconcileRecord.objects.filter(name="busy").order_by("started_at"))[before:]
-    print(f"\n100 updates -> {len(runs)} reconciles")
-    assert len(runs) <= 10, f"{len(runs)} runs for 100 updates"
+    print(f"\n100 updates in {burst_seconds:.2f}s -> {len(runs)} reconciles")
+    # Runs of 50 ms cannot overlap, so at most burst/50 ms + 2 start during and after a burst;
+    # without dedup there would be one per update (100).
+    assert len(runs) <= max(10, burst_seconds / 0.05 + 2), f"{len(runs)} runs for 100 updates"
+    assert len(runs) < 50
     assert runs[-1].generation == final["metadata"]["generation"]
     assert runs[-1].outcome == "success"
 
