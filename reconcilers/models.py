@@ -245,6 +245,7 @@ class WatchStream(models.Model):
     last_event_at = models.DateTimeField(null=True, blank=True)
     last_list_at = models.DateTimeField(null=True, blank=True)
     events = models.BigIntegerField(default=0)
+    skipped = models.BigIntegerField(default=0, help_text="events a predicate filtered out")
     relists = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")

@@ -130,6 +130,7 @@ class Stream:
     resource_version: str = ""
     relists: int = 0
     events: int = 0
+    skipped: int = 0
     errors: int = 0
     connected: bool = False
     _last_status_write: float = 0.0
@@ -271,6 +272,7 @@ class Stream:
             if handler.role == "owned":
                 trig = Trigger.OWNED
             elif not handler.passes(old, new):
+                self.skipped += 1
                 continue
             else:
                 trig = trigger
@@ -286,6 +288,7 @@ class Stream:
         self._last_status_write = now
         values = {"connected": self.connected, "holder": self.holder,
                   "resource_version": self.resource_version, "events": self.events,
+                  "skipped": self.skipped,
                   "relists": self.relists, "errors": self.errors}
         if self.events:
             values["last_event_at"] = timezone.now()
@@ -358,6 +361,7 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str)
             # Redis restarted empty: the synced marker vanished, so relist to refill.
             if s.resource_version and not _synced_safe(s.gvr):
                 s.resource_version = ""
+            s._save_status()  # flushes counters of a quiet stream (throttled to every 5 s)
         time.sleep(1)
     for s in streams:
         s.abort()

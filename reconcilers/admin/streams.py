@@ -22,7 +22,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(WatchStream)
 class WatchStreamAdmin(ReadOnlyAdmin):
     list_display = ("reconciler", "resource", "role", "connected_col", "last_event_at",
-                    "events", "relists", "errors", "last_error", "holder", "updated_at")
+                    "events", "skipped", "relists", "errors", "last_error", "holder",
+                    "updated_at")
     list_filter = ("connected", "reconciler", "role")
 
     @admin.display(description="connected", boolean=True, ordering="connected")
