@@ -34,6 +34,19 @@ def outcome_badge(outcome: str) -> str:
                        OUTCOME_COLOURS.get(outcome, "#000"), outcome or "-")
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Pages that show what the operator recorded: people read them, never edit them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class EstimatedCountPaginator(Paginator):
     """Unfiltered, a table's size comes from PostgreSQL's statistics, not ``COUNT(*)``;
     filtered, the count stops at ``COUNT_CAP`` rows.

@@ -8,12 +8,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from ..models import ReconcileRecord
-from .common import (EstimatedCountPaginator, NamespaceFilter, ReconcilerFilter, TriggerFilter,
-                     outcome_badge, timeline_link)
+from .common import (EstimatedCountPaginator, NamespaceFilter, ReadOnlyAdmin, ReconcilerFilter,
+                     TriggerFilter, outcome_badge, timeline_link)
 
 
 @admin.register(ReconcileRecord)
-class ReconcileRecordAdmin(admin.ModelAdmin):
+class ReconcileRecordAdmin(ReadOnlyAdmin):
     list_display = ("started_at", "object", "reconciler", "outcome_col", "triggers_col",
                     "attempt", "duration", "generation", "worker")
     list_filter = ("outcome", ReconcilerFilter, TriggerFilter, NamespaceFilter)
@@ -39,15 +39,6 @@ class ReconcileRecordAdmin(admin.ModelAdmin):
         if not term:
             return queryset, False
         return queryset.filter(Q(name=term) | Q(namespace=term) | Q(uid=term)), False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="object", ordering="name")
     def object(self, r: ReconcileRecord) -> str:

@@ -6,17 +6,7 @@ from django.contrib import admin
 from django.utils.html import format_html_join
 
 from ..models import AuditLog, CapabilityLevel, WatchStream
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from .common import ReadOnlyAdmin
 
 
 @admin.register(WatchStream)

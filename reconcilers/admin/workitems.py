@@ -15,7 +15,8 @@ from .. import cache, manual
 from ..ledger import Key
 from ..models import AuditLog, ReconcileRecord, State, WorkItem
 from ..registry import NotRegistered, registry
-from .common import ReconcilerFilter, client_ip, outcome_badge, timeline_link
+from .common import (ReadOnlyAdmin, ReconcilerFilter, client_ip, outcome_badge,
+                     timeline_link)
 
 RESYNC_PERM = "reconcilers.resync_workitem"
 PAUSE_PERM = "reconcilers.pause_workitem"
@@ -32,7 +33,7 @@ def keys_of(queryset) -> list[Key]:
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(admin.ModelAdmin):
+class WorkItemAdmin(ReadOnlyAdmin):
     list_display = ("object", "reconciler", "state_col", "attempts", "due_at", "waiting",
                     "last_outcome_col", "last_error_short", "last_success_at")
     list_filter = ("state", ReconcilerFilter, "paused", "last_outcome")
@@ -41,15 +42,6 @@ class WorkItemAdmin(admin.ModelAdmin):
     actions = ("resync_selected", "pause_selected", "resume_selected")
     list_per_page = 100
     readonly_fields = [f.name for f in WorkItem._meta.fields] + ["object", "current_object"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_actions(self, request):
         """Offer only what the user may do; on POST keep all, so a forged one gets a 403."""
