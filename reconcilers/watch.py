@@ -99,16 +99,23 @@ class Enqueuer(threading.Thread):
             self._flush(pending)
 
     def _flush(self, pending: dict[str, list[Key]]) -> None:
+        """Enqueue, retrying while the database is down: the keys are already in the cache,
+        so a relist would not find them changed - dropping them would lose work."""
         for trigger, keys in pending.items():
-            for attempt in range(30):
+            attempt = 0
+            while True:
                 try:
                     close_old_connections()
                     dispatch.enqueue(keys, trigger)
                     self.batches += 1
                     break
-                except Exception as exc:  # database down: keep the keys, retry
-                    log.error("enqueue of %d keys failed (%s); retrying", len(keys), exc)
-                    time.sleep(min(0.5 * 2 ** attempt, 10))
+                except Exception as exc:
+                    attempt += 1
+                    log.error("enqueue of %d keys failed (%s); retry %d", len(keys), exc, attempt)
+                    if self.stop_event.wait(min(0.5 * 2 ** attempt, 10)) and attempt > 3:
+                        log.error("stopping with %d keys not enqueued; the periodic resync "
+                                  "will pick them up", len(keys))
+                        return
 
     def drain(self, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
