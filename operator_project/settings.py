@@ -130,6 +130,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes every database connection around each task unless this is set:
+# a new PostgreSQL backend per reconcile cost ~8 ms of CPU (docs/benchmarks.md). The runner
+# calls close_old_connections() before each run, so CONN_MAX_AGE and health checks still apply.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Seconds before Redis redelivers an unacknowledged message. Delays longer than this are

@@ -181,6 +181,7 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
     except NotRegistered:
         cls = None
     lease = float((cls and cls.timeout) or conf.get("RECONCILERS_LEASE_SECONDS"))
+    close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire stale ones
     claim = ledger.claim(key, token, worker, lease)
     if claim is None:
         return RunReport(dropped=True)
