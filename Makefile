@@ -39,3 +39,16 @@ lock:
 
 clean: down
 	rm -rf .local .venv
+
+# Benchmarks against kopf, controller-runtime and the api-server ceiling on the local stack
+# (docs/benchmarks.md). bench-quick is CI-sized: N=200, one repetition, a few minutes.
+# Extra arguments: make bench BENCH_ARGS="--large" (N=10,000 cost curve and relist).
+BENCH_ARGS ?=
+
+.PHONY: bench bench-quick
+
+bench: up
+	$(PYTHON) -m bench $(BENCH_ARGS)
+
+bench-quick: up
+	$(PYTHON) -m bench --quick $(BENCH_ARGS)

@@ -1,0 +1,98 @@
+"""``python -m bench [--quick] [--large] ...``: run the benchmarks and write the report.
+
+    make bench-quick   # N=200, 1 repetition, 5 s latency windows: a few minutes
+    make bench         # N=1,000, 3 repetitions alternating implementations
+    python -m bench --large            # also N=10,000 (cost curve, relist)
+    python -m bench --quick --scenarios converge --impls this-project,cr-default
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+from . import config, report
+from .harness import SCENARIOS, Plan, Runner, write_results
+from .impls import DEFAULT
+
+
+def _interrupt(*_) -> None:
+    """SIGTERM (a CI timeout) unwinds like Ctrl-C, so the runner stops what it started."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the CI-sized run")
+    parser.add_argument("--large", action="store_true",
+                        help="full run with N=10,000 for the cost curve and the relist")
+    parser.add_argument("--n", type=int, help="objects in the converge scenario")
+    parser.add_argument("--reps", type=int, help="repetitions (default 1 quick, 3 full)")
+    parser.add_argument("--window", type=float, help="seconds of each latency window")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--impls", default=",".join(DEFAULT))
+    parser.add_argument("--workers", type=int, default=1, help="this project: worker processes")
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="this project: prefork children per worker")
+    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--out", default=str(config.BENCH / "results"),
+                        help="where the result files go (experiments: somewhere scratch)")
+    args = parser.parse_args(argv)
+
+    kw = {"scenarios": [s for s in args.scenarios.split(",") if s],
+          "impls": [i for i in args.impls.split(",") if i],
+          "workers": args.workers, "concurrency": args.concurrency}
+    unknown = set(kw["scenarios"]) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; known: {SCENARIOS}")
+    if args.n:
+        kw["n"] = args.n
+    if args.reps:
+        kw["reps"] = args.reps
+    if args.window:
+        kw["window"] = args.window
+    if args.quick:
+        if args.n:
+            kw["cost_sizes"] = [0, args.n]
+            kw["relist_n"] = args.n
+        plan = Plan.quick(**kw)
+    else:
+        plan = Plan.full(large=args.large, **kw)
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    command = " ".join(["python -m bench", *(shlex.quote(a) for a in argv)])
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.monotonic()
+    runner = Runner(plan)
+    print(f"bench: mode {plan.mode}, N={plan.n}, reps={plan.reps}, scenarios {plan.scenarios}, "
+          f"implementations {plan.impls}; scratch in {runner.cfg.work_dir}", flush=True)
+    runner.prepare()
+    results = runner.run()
+    meta = {"command": command, "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "elapsed_seconds": time.monotonic() - t0, "plan": plan.as_dict(),
+            "machine": config.machine(), "implementations": runner.describe(),
+            "stack": {"kubernetes": "v1.35.4", "etcd": "v3.6.16",
+                      "bench_database": runner.cfg.database_url.rsplit("/", 1)[-1],
+                      "bench_redis": runner.cfg.redis_url}}
+    for path in write_results(results, meta, Path(args.out), started.date().isoformat()):
+        print(f"wrote {path}")
+    body = report.markdown(results, meta)
+    if not args.no_doc:
+        doc = config.REPO / "docs" / "benchmarks.md"
+        marker = {"quick": "quick", "full-large": "large"}.get(plan.mode, "full")
+        report.update_doc(doc, marker, body)
+        print(f"updated {doc.relative_to(config.REPO)}")
+    print(body)
+    print(f"bench: done in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

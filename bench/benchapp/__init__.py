@@ -1,0 +1,1 @@
+"""The benchmark's operator for this project: one ``BenchItem`` reconciler (bench only)."""

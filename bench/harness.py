@@ -1,0 +1,173 @@
+"""The harness: for each scenario, each repetition, each implementation in turn (the order
+rotating between repetitions, so none always runs first or last), run it against the same
+local control plane, check it, measure it, stop it; then write the raw results and the report.
+
+Implementation failures are recorded, not fatal: an implementation that fails the correctness
+check (or crashes) gets no figure, and the others still run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import config, report, workload
+from .config import BenchConfig
+from .impls import DEFAULT, build
+from .impls.base import Impl
+from .kube import Kube
+from .scenarios import burst, converge, cost, latency, relist
+from .scenarios.common import Harness
+
+SCENARIOS = ["converge", "latency", "burst", "cost", "relist"]
+
+
+@dataclass
+class Plan:
+    """What to run. ``quick()`` is the CI-sized plan; ``full()`` the documented one."""
+
+    mode: str = "quick"
+    n: int = 200
+    reps: int = 1
+    rates: list[int] = field(default_factory=lambda: [10, 100])
+    window: float = 5.0
+    burst_k: int = 100
+    burst_spread: float = 1.0
+    cost_sizes: list[int] = field(default_factory=lambda: [0, 200])
+    relist_n: int = 200
+    scenarios: list[str] = field(default_factory=lambda: list(SCENARIOS))
+    impls: list[str] = field(default_factory=lambda: list(DEFAULT))
+    workers: int = 1
+    concurrency: int = 4
+
+    @classmethod
+    def quick(cls, **kw) -> "Plan":
+        return cls(**kw)
+
+    @classmethod
+    def full(cls, large: bool = False, **kw) -> "Plan":
+        n = kw.pop("n", 1000)
+        base = dict(mode="full-large" if large else "full", n=n, reps=3, window=15.0,
+                    cost_sizes=[0, n, 10_000] if large else [0, n],
+                    relist_n=10_000 if large else n)
+        base.update(kw)
+        return cls(**base)
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def rotated(items: list, k: int) -> list:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+class Runner:
+    def __init__(self, plan: Plan, cfg: BenchConfig | None = None, log=None):
+        self.plan = plan
+        self.cfg = cfg or config.load()
+        self.log = log or (lambda *a: print(*a, flush=True))
+        self.kube = Kube.from_config(self.cfg)
+        self.h = Harness(self.cfg, self.kube, quick=plan.mode == "quick")
+        self.impls: list[Impl] = build(self.cfg, plan.impls, plan.workers, plan.concurrency)
+
+    def prepare(self) -> None:
+        from devstack import controlplane
+
+        if not controlplane.ready(self.cfg.stack):
+            raise SystemExit("the local control plane is not up: run `make up` (or make bench)")
+        from .impls.base import kill_leftovers
+
+        killed = kill_leftovers(self.cfg.work_dir / "procs.txt")
+        if killed:
+            self.log(f"killed {killed} process groups an interrupted bench run left running")
+        workload.ensure_crd(self.kube)
+        stale = workload.cleanup_stale(self.kube)
+        if stale:
+            self.log(f"deleted {len(stale)} namespaces a previous bench run left behind")
+        from .impls.controller_runtime import ensure_binaries
+
+        t = time.monotonic()
+        ensure_binaries()  # apiload is every scenario's loader, whichever implementations run
+        self.log(f"Go peer and loader ready ({time.monotonic() - t:.1f}s)")
+        for impl in self.impls:
+            t = time.monotonic()
+            impl.prepare()
+            self.log(f"prepared {impl.name} ({time.monotonic() - t:.1f}s)")
+
+    def operators(self) -> list[Impl]:
+        return [i for i in self.impls if not getattr(i, "is_ceiling", False)]
+
+    def _attempt(self, scenario: str, impl: Impl, fn, *args) -> dict:
+        t = time.monotonic()
+        try:
+            res = fn(*args)
+        except Exception as exc:  # recorded: this implementation gets no figure for this run
+            impl.stop()
+            res = {"impl": impl.name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                   "traceback": traceback.format_exc()[-4000:]}
+        res["seconds"] = round(time.monotonic() - t, 1)
+        self.log(f"  {scenario:9} {impl.name:14} ok={res.get('ok')} "
+                 f"{report.one_line(scenario, res)} ({res['seconds']}s)")
+        return res
+
+    def run(self) -> dict[str, list[dict]]:
+        try:
+            return self._run()
+        finally:
+            for impl in self.impls:  # interrupted: leave nothing running
+                impl.stop()
+
+    def _run(self) -> dict[str, list[dict]]:
+        p = self.plan
+        results: dict[str, list[dict]] = {}
+        for scenario in p.scenarios:
+            runs: list[dict] = []
+            for rep in range(p.reps):
+                if scenario == "converge":
+                    for impl in rotated(self.impls, rep):
+                        runs.append(self._attempt(scenario, impl, converge.run, self.h, impl, p.n, rep))
+                    continue
+                for impl in rotated(self.operators(), rep):
+                    if scenario == "latency":
+                        runs.append(self._attempt(scenario, impl, latency.run, self.h, impl,
+                                                  p.rates, p.window, rep))
+                    elif scenario == "burst":
+                        runs.append(self._attempt(scenario, impl, burst.run, self.h, impl,
+                                                  p.burst_k, p.burst_spread, rep))
+                    elif scenario == "relist":
+                        runs.append(self._attempt(scenario, impl, relist.run, self.h, impl,
+                                                  p.relist_n, rep))
+                    elif scenario == "cost":
+                        for n in p.cost_sizes:
+                            reuse = next((r for r in results.get("converge", [])
+                                          if r.get("impl") == impl.name and r.get("n") == n
+                                          and r.get("rep") == rep and "operator_memory_after" in r),
+                                         None)
+                            runs.append(self._attempt(scenario, impl, cost.point, self.h, impl,
+                                                      n, rep, reuse))
+            results[scenario] = runs
+        return results
+
+    def describe(self) -> dict:
+        return {impl.name: impl.describe() for impl in self.impls}
+
+
+def write_results(results: dict[str, list[dict]], meta: dict, out_dir: Path,
+                  date: str | None = None) -> list[Path]:
+    """``<out_dir>/<date>-<scenario>.json``; ``<date>-quick-<scenario>.json`` for quick runs and
+    ``<date>-large-<scenario>.json`` for ``--large`` ones, so no run overwrites another kind."""
+    date = date or dt.date.today().isoformat()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kind = {"quick": "quick-", "full-large": "large-"}.get(meta["plan"]["mode"], "")
+    prefix = f"{date}-{kind}"
+    paths = []
+    for scenario, runs in results.items():
+        path = out_dir / f"{prefix}{scenario}.json"
+        path.write_text(config.dump({"scenario": scenario, **meta, "runs": runs,
+                                     "summary": report.summarize(scenario, runs)}) + "\n")
+        paths.append(path)
+    return paths

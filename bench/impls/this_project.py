@@ -1,0 +1,153 @@
+"""This project: ``manage.py watch`` + N Celery worker processes + beat, as deployed.
+
+Run with ``DJANGO_SETTINGS_MODULE=bench.settings`` (the project's settings plus the bench-only
+``BenchItem`` app), against the bench's own database and Redis db number, ``DEBUG`` off and
+logging at WARNING (no per-task log lines - the peers log nothing per reconcile either).
+Everything else is the project's defaults (``reconcilers/conf.py``), listed by ``describe()``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..config import REPO
+from .base import Impl, Proc
+
+RECONCILER = "benchitems.bench.operator.local"
+TABLES = ("reconcilers_workitem", "reconcilers_reconcilerecord", "reconcilers_watchstream")
+
+
+def _settings_env(cfg) -> dict[str, str]:
+    return {
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "OPERATOR_ENV_FILE": "/nonexistent",  # nothing from .local/env: all set here
+        "DATABASE_URL": cfg.database_url,
+        "REDIS_URL": cfg.redis_url,
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-only-not-secret",
+        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),  # INFO to debug a run
+        "OPERATOR_SAMPLES": "0",
+        # Our own Lease, so a dev watcher on the same cluster never competes with the bench.
+        "RECONCILERS_LEASE_NAME": "django-crd-operator-bench",
+        # Opt-in experiments from the harness's own environment (see bench/settings.py).
+        **{k: v for k, v in os.environ.items() if k.startswith("BENCH_EXPERIMENT_")},
+    }
+
+
+def ensure_database(database_url: str) -> None:
+    """Create the bench database when missing, then migrate it (a no-op when current)."""
+    import psycopg
+
+    url = urlsplit(database_url)
+    name = url.path.lstrip("/")
+    admin = url._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+@dataclass
+class ThisProject(Impl):
+    name: str = "this-project"
+    workers: int = 1
+    concurrency: int = 4
+    beat: bool = True
+
+    def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
+        return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg)}
+
+    def prepare(self) -> None:
+        ensure_database(self.cfg.database_url)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+                       cwd=REPO, env=self.env(Path("/dev/null"), 0), check=True)
+        self._migrated_for = _migrations_state()
+
+    def reset(self) -> None:
+        """Empty ledger, history and stream rows, and the bench Redis db (cache and broker).
+
+        Migrates again first if the project's migrations changed since the last run: the
+        processes are started from the working tree, which may move during a long run."""
+        import psycopg
+        import redis
+
+        if getattr(self, "_migrated_for", None) != _migrations_state():
+            self._migrate()
+
+        with psycopg.connect(self.cfg.database_url, autocommit=True) as conn:
+            conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+        r = redis.Redis.from_url(self.cfg.redis_url)
+        r.flushdb()
+        r.close()
+
+    def start(self, trace: Path, sleep_ms: int = 0) -> None:
+        env = self.env(trace, sleep_ms)
+        py = sys.executable
+        self.procs.append(self._watcher(env))
+        for i in range(self.workers):
+            self.procs.append(self.spawn(f"worker{i}", [
+                py, "-m", "celery", "-A", "operator_project", "worker",
+                "--pool", "prefork", "--concurrency", str(self.concurrency),
+                "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+                "--hostname", f"bench{i}-{uuid.uuid4().hex[:4]}@%h"], env))
+        if self.beat:
+            self.procs.append(self.spawn("beat", [
+                py, "-m", "celery", "-A", "operator_project", "beat", "--loglevel", "WARNING",
+                "--schedule", str(self.cfg.work_dir / "beat-schedule")], env))
+
+    def _watcher(self, env: dict[str, str]) -> Proc:
+        return self.spawn("watcher", [sys.executable, "manage.py", "watch", RECONCILER], env)
+
+    def restart_watch(self, trace: Path, sleep_ms: int = 0) -> None:
+        """Only the watcher restarts: workers keep running, as in a rolling watcher update.
+        A clean stop releases the Lease, so the new watcher leads at once."""
+        watcher = next(p for p in self.procs if p.name == "watcher")
+        watcher.stop()
+        self.procs[self.procs.index(watcher)] = self._watcher(self.env(trace, sleep_ms))
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "version": _git_version(),
+            "processes": {"watcher": 1, "celery_workers": self.workers,
+                          "concurrency_per_worker": self.concurrency,
+                          "pool": "prefork", "beat": self.beat},
+            "settings": {
+                "DJANGO_SETTINGS_MODULE": "bench.settings", "DEBUG": False,
+                "LOG_LEVEL / celery --loglevel": "WARNING",
+                "celery flags": "--without-gossip --without-mingle (as the tests run them)",
+                "CELERY_TASK_ACKS_LATE": True, "CELERY_WORKER_PREFETCH_MULTIPLIER": 1,
+                "reconciler": "predicates=[generation_changed], resync_period=0, "
+                              "ctx.patch_status({'value': spec.value}) (merge patch with "
+                              "resourceVersion; skipped when status already matches)",
+                "RECONCILERS_*": "defaults (reconcilers/conf.py): leader election on "
+                                 "(Lease 'django-crd-operator-bench'), LIST page 500, enqueue "
+                                 "batch 1000, lease 60 s, reaper every 10 s",
+                "database": "its own (operator_bench), CONN_MAX_AGE 60",
+                "redis": "its own db number (cache + broker)",
+            },
+        }
+
+
+def _migrations_state() -> tuple:
+    return tuple(sorted(p.name for p in (REPO / "migrations").glob("*.py")))
+
+
+def _git_version() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "reconcilers"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty(reconcilers)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

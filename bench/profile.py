@@ -1,0 +1,120 @@
+"""``python -m bench.profile [--n 400]``: where this project's CPU goes during a converge.
+
+Starts this project as the benchmark does, attaches py-spy (pinned, installed from PyPI into a
+cached venv) to the watcher, the Celery worker and each pool child, converges N objects, and
+prints CPU per object per process and the share of samples spent in each engine stage. Used to
+find what dominates when a target is missed (docs/benchmarks.md, "What dominates").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import config, probes
+from .config import cache_root
+from .impls import build
+from .impls.ceiling import apiload
+from .kube import Kube
+from .scenarios.common import Harness, measured_run
+
+PY_SPY = "py-spy==0.4.3"
+
+# Substrings of py-spy frames ("function (file:line)") -> the stage they belong to.
+STAGES = [
+    ("new PostgreSQL connection", "get_new_connection"),
+    ("ledger.claim", "claim (reconcilers/ledger.py"),
+    ("read object from cache", "read_object (reconcilers/runner.py"),
+    ("reconcile (user code + status PATCH)", "_call (reconcilers/runner.py"),
+    ("  of which: api-server request", "request (reconcilers/kube.py"),
+    ("history + ledger.finish", "_finish (reconcilers/runner.py"),
+    ("  of which: history.record_run (ORM)", "record_run (reconcilers/history.py"),
+    ("lease-keeper thread start/join", "_LeaseKeeper.__e"),
+    ("dispatch.send (publish after commit)", "send (reconcilers/dispatch.py"),
+    ("celery: ack (kombu redis QoS)", "Message.ack"),
+    ("celery: receive (BRPOP)", "_brpop_read"),
+    ("watcher: event handling + cache write", "Stream.handle"),
+    ("watcher: enqueue statement", "enqueue (reconcilers/ledger.py"),
+    ("watcher: publish messages", "Task.apply_async"),
+]
+
+
+def ensure_py_spy() -> Path:
+    venv = cache_root() / f"py-spy-{PY_SPY.split('==')[1]}"
+    exe = venv / "bin" / "py-spy"
+    if not exe.exists():
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                        "--disable-pip-version-check", PY_SPY], check=True)
+    return exe
+
+
+def stages(raw: Path) -> tuple[int, collections.Counter]:
+    total, out = 0, collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        for label, needle in STAGES:
+            if needle in stack:
+                out[label] += int(count)
+    return total, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--out", default=None, help="directory for the raw py-spy files")
+    args = parser.parse_args(argv)
+    spy = ensure_py_spy()
+    cfg = config.load()
+    out = Path(args.out or cfg.work_dir / "profile")
+    out.mkdir(parents=True, exist_ok=True)
+    h = Harness(cfg, Kube.from_config(cfg), quick=True)
+    (impl,) = build(cfg, ["this-project"])
+    impl.prepare()
+    with measured_run(h, impl, "pf") as r:
+        time.sleep(2)
+        pids = probes.tree(impl.roots())
+        names = {p: Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:70] for p in pids}
+        spies = [subprocess.Popen([str(spy), "record", "-p", str(p), "-r", "100", "-f", "raw",
+                                   "-o", str(out / f"{p}.txt"), "--nonblocking"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for p in pids]
+        time.sleep(1)
+        before = probes.cpu_snapshot({str(p): [p] for p in pids})
+        t0 = time.time()
+        apiload(cfg, "create", args.n, r.ns.names, 16, 7)
+        keys = [f"{r.ns.of(i)}/item-{i}" for i in range(args.n)]
+        r.observer.wait(lambda o: all(o.converged_at(k, 1) for k in keys), 300)
+        elapsed = time.time() - t0
+        cpu = probes.cpu_delta(before, probes.cpu_snapshot({str(p): [p] for p in pids}))
+        for s in spies:
+            s.send_signal(2)
+        for s in spies:
+            s.wait(30)
+    print(f"{args.n} objects in {elapsed:.1f}s ({args.n / elapsed:.1f}/s)")
+    print("CPU ms per object by process:")
+    for p in pids:
+        print(f"  {cpu[str(p)] * 1000 / args.n:7.2f}  {p} {names[p]}")
+    total_samples, by_stage = 0, collections.Counter()
+    for p in pids:
+        raw = out / f"{p}.txt"
+        if raw.exists() and ("worker" in names[p] or "watch" in names[p]):
+            t, s = stages(raw)
+            total_samples += t
+            by_stage.update(s)
+    print(f"share of py-spy samples in watcher + worker processes ({total_samples}):")
+    for label, _ in STAGES:
+        print(f"  {100 * by_stage[label] / max(1, total_samples):5.1f}%  {label}")
+    print(f"raw profiles (py-spy 'raw' format, for flamegraph.pl) in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

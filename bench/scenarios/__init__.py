@@ -1,0 +1,1 @@
+"""One module per scenario: converge, latency, burst, cost (memory), relist."""

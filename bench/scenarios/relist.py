@@ -1,0 +1,105 @@
+"""Scenario 5, relist: with N objects converged, force the watch to restart and measure the
+time until the implementation handles a new change again, and how many reconciles it causes.
+
+Two ways, both applied to each implementation:
+
+- ``connections-dropped``: every TCP connection the implementation holds to the api-server is
+  killed (``ss -K``, by its local ports); clients reconnect and resume their watches.
+- ``restart``: whatever holds the watches is restarted (this project: the watcher process only,
+  workers keep running; kopf and controller-runtime: their one process), so it lists all N
+  objects again.
+
+At the disruption the canary object gets a new generation; "resume" is the time from the
+disruption to the canary converged (seen by the observer). Reconciles are counted until none
+has started for 3 s; the canary's own run is not counted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from .. import probes, workload
+from ..impls.base import Impl
+from ..impls.ceiling import apiload
+from .common import Harness, Meter, measured_run
+
+VALUE = 3
+
+
+def _api_ports(pids: list[int], api_port: int) -> list[int]:
+    """Local ports of the established TCP connections these processes hold to the api-server."""
+    inodes = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(fd_dir / fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            local, remote, state, inode = f[1], f[2], f[3], f[9]
+            if inode in inodes and state == "01" and int(remote.rsplit(":", 1)[1], 16) == api_port:
+                ports.append(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def drop_connections(impl: Impl, api_port: int) -> int:
+    ports = _api_ports(probes.tree(impl.roots()), api_port)
+    for port in ports:
+        subprocess.run(["ss", "-K", "-t", "src", f"127.0.0.1:{port}",
+                        "dst", f"127.0.0.1:{api_port}"], capture_output=True)
+    return len(ports)
+
+
+def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
+    namespaces = max(1, math.ceil(n / 1000))
+    results = {}
+    with measured_run(h, impl, "rl", namespaces) as r:
+        apiload(h.cfg, "create", n, r.ns.names, h.loader_concurrency, VALUE)
+        names = [f"{r.ns.of(i)}/item-{i}" for i in range(n)]
+        if not r.observer.wait(lambda o: all(o.converged_at(x, 1) for x in names),
+                               max(120.0, n / 5)):
+            raise TimeoutError(f"{impl.name}: {n} objects did not converge before the relist")
+        r.wait_quiet(0, quiet=2.0, timeout=120)
+        for mode in ("connections-dropped", "restart"):
+            meter = Meter(h, impl, sample_rss=False).start()
+            t0 = time.time()
+            if mode == "restart":
+                impl.restart_watch(r.trace)
+                dropped = None
+            else:
+                dropped = drop_connections(impl, h.cfg.stack.apiserver_port)
+            _, generation = r.bump_canary()
+            converged = r.wait_converged(r.canary, generation, 300)
+            r.wait_quiet(t0, quiet=3.0, timeout=300)
+            cost = meter.stop()
+            runs = r.trace_lines(since=t0)
+            results[mode] = {
+                "connections_dropped": dropped,
+                "resume_seconds": round(converged - t0, 3) if converged else None,
+                "reconciles": len([x for x in runs if x[1] != r.canary]),
+                "operator_cpu_seconds": cost["cpu_seconds"]["operator"],
+                "api_requests": cost["api_requests"],
+            }
+        expected = {(r.ns.of(i), f"item-{i}"): VALUE for i in range(n)}
+        expected[(r.ns.names[0], workload.CANARY)] = r.canary_value
+        check = workload.check(h.kube, r.ns.names, expected)
+    ok = check.ok and all(m["resume_seconds"] is not None for m in results.values())
+    return {"impl": impl.name, "n": n, "rep": rep, "ok": ok, "check": check.as_dict(),
+            "modes": results}

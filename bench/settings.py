@@ -1,0 +1,25 @@
+"""Settings for this project's processes under the benchmark (``DJANGO_SETTINGS_MODULE=bench.settings``).
+
+The project's settings plus the bench-only ``BenchItem`` app, minus the bundled sample
+operator (so the watcher streams nothing but BenchItems). Database and Redis come from the
+environment the harness sets: a database and a Redis db number of its own, never dev or test data.
+"""
+
+from operator_project.settings import *  # noqa: F401,F403
+from operator_project.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "reconcilers.contrib.samplecontroller"]
+INSTALLED_APPS.append("bench.benchapp")
+OPERATOR_SAMPLES = False
+
+# Experiment knobs, off by default so the benchmark measures the project as configured. Each
+# one exists to measure a proposed change (docs/benchmarks.md, "What dominates"); the harness
+# passes every BENCH_EXPERIMENT_* variable of its environment to this project's processes:
+#   BENCH_EXPERIMENT_DB_REUSE_MAX=1000   keep database connections across Celery tasks
+#   BENCH_EXPERIMENT_NO_LEASE_THREAD=1   no per-run lease thread (bench/benchapp/reconcilers.py)
+import os as _os  # noqa: E402
+
+if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
+    # Celery's Django fixup closes every database connection before and after each task
+    # unless CELERY_DB_REUSE_MAX is set: each reconcile then opens a new PostgreSQL connection.
+    CELERY_DB_REUSE_MAX = int(_os.environ["BENCH_EXPERIMENT_DB_REUSE_MAX"])

@@ -1,0 +1,69 @@
+"""The benchmark harness cannot silently rot: its this-project implementation, end to end.
+
+Runs ``bench``'s converge scenario for this project on a tiny workload (N=20) against the real
+stack - watcher, a Celery worker and beat as real processes, the observer watch, the Go loader -
+and checks the correctness verdict and the shape of the result the report is built from.
+
+The bench uses a database and Redis db of its own, derived from this test run's settings
+(``<DATABASE_URL's database>_bench`` and ``REDIS_URL``'s db), so concurrent test runs with
+private ``DATABASE_URL``/``REDIS_URL`` never collide. The Go loader is built on first use
+(cached outside the repo), which can take minutes on a cold Go module cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+CONVERGE_KEYS = {
+    "impl", "n", "rep", "ok", "check", "loader", "reconciles", "cpu_seconds", "wall_seconds",
+    "api_requests", "api_writes", "impl_writes", "writes_per_object", "cpu_ms_per_object",
+    "operator_rss_peak_kb", "operator_memory_after", "converge_seconds", "objects_per_second",
+}
+
+
+@pytest.fixture
+def bench_runner(stack, tmp_path):
+    from django.conf import settings
+
+    from bench import config
+    from bench.harness import Plan, Runner
+
+    db = settings.DATABASES["default"]
+    database_url = (f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/"
+                    f"{db['NAME']}_bench")
+    cfg = config.load(work_dir=tmp_path / "bench", database_url=database_url,
+                      redis_url=settings.REDIS_URL)
+    plan = Plan.quick(n=20, scenarios=["converge"], impls=["this-project"])
+    runner = Runner(plan, cfg, log=lambda *_: None)
+    runner.prepare()
+    return runner
+
+
+def test_this_project_converges_and_reports_every_figure(bench_runner, tmp_path):
+    from bench import report
+    from bench.harness import write_results
+
+    results = bench_runner.run()
+    (run,) = results["converge"]
+    assert run.get("ok"), run.get("error") or run.get("check")
+    assert run["check"] == {"ok": True, "objects": 21, "expected": 21, "wrong": [],
+                            "wrong_count": 0}  # 20 items + the canary
+    assert CONVERGE_KEYS <= set(run), CONVERGE_KEYS - set(run)
+    assert run["reconciles"] >= 20
+    assert run["api_requests"].get("PATCH/status", 0) >= 20
+    assert run["objects_per_second"] > 0
+    assert run["cpu_ms_per_object"]["operator"] > 0
+
+    meta = {"command": "test", "started_at": "now", "elapsed_seconds": 1.0,
+            "plan": bench_runner.plan.as_dict(), "machine": {"cpus": 2, "cpu_model": "x",
+                                                             "memory_gib": 1,
+                                                             "loadavg_at_start": [0, 0, 0]},
+            "implementations": bench_runner.describe()}
+    (path,) = write_results(results, meta, tmp_path / "results", "2000-01-01")
+    assert path.name == "2000-01-01-quick-converge.json"
+    summary = report.summarize("converge", results["converge"])
+    assert summary["this-project"]["passed"] == 1
+    assert "objects/s" in summary["this-project"]["figures"]
+    assert "| objects/s (obj/s) |" in report.markdown(results, meta)
