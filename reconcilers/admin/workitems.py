@@ -65,17 +65,18 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Pause selected (no reconcile until resumed)")
     def pause_selected(self, request, queryset):
-        require(request, PAUSE_PERM)
-        keys = keys_of(queryset)
-        manual.set_paused(request.user, keys, True, ip=client_ip(request))
-        self.message_user(request, f"{len(keys)} key(s) paused.", messages.WARNING)
+        self._set_paused(request, queryset, True)
 
     @admin.action(description="Resume selected")
     def resume_selected(self, request, queryset):
+        self._set_paused(request, queryset, False)
+
+    def _set_paused(self, request, queryset, paused: bool) -> None:
         require(request, PAUSE_PERM)
         keys = keys_of(queryset)
-        manual.set_paused(request.user, keys, False, ip=client_ip(request))
-        self.message_user(request, f"{len(keys)} key(s) resumed.", messages.SUCCESS)
+        manual.set_paused(request.user, keys, paused, ip=client_ip(request))
+        self.message_user(request, f"{len(keys)} key(s) {'paused' if paused else 'resumed'}.",
+                          messages.WARNING if paused else messages.SUCCESS)
 
     @admin.display(description="object", ordering="name")
     def object(self, w: WorkItem) -> str:
