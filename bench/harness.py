@@ -75,7 +75,19 @@ class Runner:
         self.impls: list[Impl] = build(self.cfg, plan.impls, plan.workers, plan.concurrency)
 
     def prepare(self) -> None:
+        import fcntl
+
         from devstack import controlplane
+
+        # One harness at a time per scratch dir: a second one would delete the first one's
+        # namespaces, kill its processes and truncate its ledger.
+        self._lock = open(self.cfg.work_dir / "harness.lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another bench run is using {self.cfg.work_dir}; wait for it "
+                             "(or give this one BENCH_WORK_DIR, BENCH_DATABASE_URL and "
+                             "BENCH_REDIS_URL of its own)") from None
 
         if not controlplane.ready(self.cfg.stack):
             raise SystemExit("the local control plane is not up: run `make up` (or make bench)")
@@ -85,7 +97,7 @@ class Runner:
         if killed:
             self.log(f"killed {killed} process groups an interrupted bench run left running")
         workload.ensure_crd(self.kube)
-        stale = workload.cleanup_stale(self.kube)
+        stale = workload.cleanup_stale(self.kube, self.h.owner)
         if stale:
             self.log(f"deleted {len(stale)} namespaces a previous bench run left behind")
         from .impls.controller_runtime import ensure_binaries
@@ -103,6 +115,7 @@ class Runner:
 
     def _attempt(self, scenario: str, impl: Impl, fn, *args) -> dict:
         t = time.monotonic()
+        version = impl.run_version()
         try:
             res = fn(*args)
         except Exception as exc:  # recorded: this implementation gets no figure for this run
@@ -110,6 +123,8 @@ class Runner:
             res = {"impl": impl.name, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()[-4000:]}
         res["seconds"] = round(time.monotonic() - t, 1)
+        if version:
+            res["version"] = version
         self.log(f"  {scenario:9} {impl.name:14} ok={res.get('ok')} "
                  f"{report.one_line(scenario, res)} ({res['seconds']}s)")
         return res

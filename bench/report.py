@@ -153,7 +153,10 @@ def table(scenario: str, summary: dict, runs: list[dict]) -> str:
         cells += [fmt(summary[i]["figures"].get(label)) for i in impls]
         if THIS in summary:
             mine = summary[THIS]["figures"].get(label)
-            cells += [ratio(mine, summary[p]["figures"].get(label)) for p in peers]
+            # The peers use no PostgreSQL or Redis: those rows are their background noise.
+            shared = label.startswith(("postgres", "redis"))
+            cells += ["-" if shared else ratio(mine, summary[p]["figures"].get(label))
+                      for p in peers]
         if any(c != "-" for c in cells[1:]):
             lines.append("| " + " | ".join(cells) + " |")
     passed = ", ".join(f"{i} {summary[i]['passed']}/{summary[i]['runs']}" for i in impls)
@@ -194,10 +197,15 @@ def load(paths: list[Path]) -> tuple[dict, dict[str, list[dict]]]:
 
     meta: dict = {}
     results: dict[str, list[dict]] = {}
+    commands: list[str] = []
     for path in paths:
         data = json.loads(Path(path).read_text())
         results[data["scenario"]] = data["runs"]
-        meta = {k: v for k, v in data.items() if k not in ("scenario", "runs", "summary")}
+        meta = meta or {k: v for k, v in data.items() if k not in ("scenario", "runs", "summary")}
+        command = data["command"].strip()
+        if command not in commands:
+            commands.append(command)
+    meta["command"] = "` and `".join(commands)  # several runs: each table says which below
     return meta, results
 
 

@@ -15,11 +15,12 @@ OPERATOR_SAMPLES = False
 # Experiment knobs, off by default so the benchmark measures the project as configured. Each
 # one exists to measure a proposed change (docs/benchmarks.md, "What dominates"); the harness
 # passes every BENCH_EXPERIMENT_* variable of its environment to this project's processes:
-#   BENCH_EXPERIMENT_DB_REUSE_MAX=1000   keep database connections across Celery tasks
+#   BENCH_EXPERIMENT_DB_REUSE_MAX=0      close database connections around every Celery task
+#                                        (the behaviour before CELERY_DB_REUSE_MAX was set)
 #   BENCH_EXPERIMENT_NO_LEASE_THREAD=1   no per-run lease thread (bench/benchapp/reconcilers.py)
 import os as _os  # noqa: E402
 
 if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
     # Celery's Django fixup closes every database connection before and after each task
-    # unless CELERY_DB_REUSE_MAX is set: each reconcile then opens a new PostgreSQL connection.
+    # unless CELERY_DB_REUSE_MAX is set (0 = unset): each reconcile opens a new connection.
     CELERY_DB_REUSE_MAX = int(_os.environ["BENCH_EXPERIMENT_DB_REUSE_MAX"])

@@ -22,6 +22,7 @@ GROUP, VERSION, PLURAL, KIND = "bench.operator.local", "v1", "benchitems", "Benc
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = BENCH / "benchapp" / "crds" / f"{CRD_NAME}.yaml"
 RUN_LABEL = "bench.operator.local/run"
+OWNER_LABEL = "bench.operator.local/owner"  # which scratch dir's harness made it
 STAMP_ANNOTATION = "bench.operator.local/stamp"
 CANARY = "canary"
 
@@ -60,13 +61,13 @@ class Namespaces:
     names: list[str] = field(default_factory=list)
 
     @classmethod
-    def create(cls, kube: Kube, tag: str, count: int = 1) -> "Namespaces":
+    def create(cls, kube: Kube, tag: str, count: int = 1, owner: str = "") -> "Namespaces":
         run_id = f"{tag}-{uuid.uuid4().hex[:6]}"
         out = cls(run_id)
         for i in range(max(1, count)):
             name = f"bench-{run_id}-{i}"
-            kube.request("POST", "/api/v1/namespaces",
-                         {"metadata": {"name": name, "labels": {RUN_LABEL: run_id}}})
+            kube.request("POST", "/api/v1/namespaces", {"metadata": {
+                "name": name, "labels": {RUN_LABEL: run_id, OWNER_LABEL: owner}}})
             out.names.append(name)
         return out
 
@@ -96,9 +97,18 @@ def delete_namespaces(kube: Kube, names: list[str], timeout: float = 300) -> Non
                 raise
 
 
-def cleanup_stale(kube: Kube) -> list[str]:
-    """Namespaces a previous (crashed) bench run left behind; deleted with their objects."""
-    body = kube.get("/api/v1/namespaces", labelSelector=RUN_LABEL)
+def owner_of(work_dir) -> str:
+    """A label value naming one scratch dir: runs with other scratch dirs (the smoke test's)
+    never touch this one's namespaces."""
+    import hashlib
+
+    return hashlib.sha256(str(work_dir).encode()).hexdigest()[:16]
+
+
+def cleanup_stale(kube: Kube, owner: str) -> list[str]:
+    """Namespaces a previous (crashed) run of this harness left behind; deleted with their
+    objects."""
+    body = kube.get("/api/v1/namespaces", labelSelector=f"{RUN_LABEL},{OWNER_LABEL}={owner}")
     names = [ns["metadata"]["name"] for ns in body.get("items", [])
              if not ns["metadata"].get("deletionTimestamp")]
     if names:

@@ -117,6 +117,10 @@ class Impl:
         """Version and every setting, for the results file and the docs."""
         return {"name": self.name}
 
+    def run_version(self) -> str:
+        """The version that ran, recorded with every run (a working tree can move mid-run)."""
+        return ""
+
     # --- helpers ---------------------------------------------------------------------------
 
     def base_env(self, trace: Path, sleep_ms: int) -> dict[str, str]:

@@ -33,8 +33,10 @@ def _settings_env(cfg) -> dict[str, str]:
         "SECRET_KEY": "bench-only-not-secret",
         "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),  # INFO to debug a run
         "OPERATOR_SAMPLES": "0",
-        # Our own Lease, so a dev watcher on the same cluster never competes with the bench.
-        "RECONCILERS_LEASE_NAME": "django-crd-operator-bench",
+        # A Lease of its own per bench database, so neither a dev watcher nor another bench
+        # run (the smoke test's) competes with this one for leadership.
+        "RECONCILERS_LEASE_NAME": "bench-" + urlsplit(cfg.database_url).path.lstrip("/")
+                                  .replace("_", "-")[:50],
         # Opt-in experiments from the harness's own environment (see bench/settings.py).
         **{k: v for k, v in os.environ.items() if k.startswith("BENCH_EXPERIMENT_")},
     }
@@ -89,6 +91,9 @@ class ThisProject(Impl):
         r.flushdb()
         r.close()
 
+    def run_version(self) -> str:
+        return _git_version()
+
     def start(self, trace: Path, sleep_ms: int = 0) -> None:
         env = self.env(trace, sleep_ms)
         py = sys.executable
@@ -130,7 +135,7 @@ class ThisProject(Impl):
                               "ctx.patch_status({'value': spec.value}) (merge patch with "
                               "resourceVersion; skipped when status already matches)",
                 "RECONCILERS_*": "defaults (reconcilers/conf.py): leader election on "
-                                 "(Lease 'django-crd-operator-bench'), LIST page 500, enqueue "
+                                 "(Lease 'bench-<database>'), LIST page 500, enqueue "
                                  "batch 1000, lease 60 s, reaper every 10 s",
                 "database": "its own (operator_bench), CONN_MAX_AGE 60",
                 "redis": "its own db number (cache + broker)",
@@ -146,8 +151,8 @@ def _git_version() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "reconcilers"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
-        return out + ("+dirty(reconcilers)" if dirty else "")
+        dirty = subprocess.run(["git", "status", "--porcelain", "reconcilers", "operator_project"],
+                               cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return out + ("+uncommitted engine changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

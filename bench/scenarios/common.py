@@ -39,6 +39,10 @@ class Harness:
     def work(self) -> Path:
         return self.cfg.work_dir
 
+    @property
+    def owner(self) -> str:
+        return workload.owner_of(self.cfg.work_dir)
+
 
 @dataclass
 class Run:
@@ -98,7 +102,7 @@ class Run:
 @contextmanager
 def measured_run(h: Harness, impl: Impl, tag: str, namespaces: int = 1,
                  sleep_ms: int = 0, ready_timeout: float = 120) -> Iterator[Run]:
-    ns = workload.Namespaces.create(h.kube, tag, namespaces)
+    ns = workload.Namespaces.create(h.kube, tag, namespaces, owner=h.owner)
     trace = h.work / "traces" / f"{ns.run_id}-{impl.name}.trace"
     trace.parent.mkdir(parents=True, exist_ok=True)
     trace.write_text("")

@@ -58,7 +58,7 @@ def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
 
 def _ceiling(h: Harness, impl: Impl, n: int, rep: int) -> dict:
     namespaces = max(1, math.ceil(n / 1000))
-    ns = workload.Namespaces.create(h.kube, "cl", namespaces)
+    ns = workload.Namespaces.create(h.kube, "cl", namespaces, owner=h.owner)
     try:
         meter = Meter(h, impl, sample_rss=False).start()
         res = apiload(h.cfg, "ceiling", n, ns.names, impl.concurrency, VALUE, mode="converge")
