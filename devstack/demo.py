@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from operator_project.environ import load_env_file
+from reconcilers.environ import load_env_file
 
 from . import config
 

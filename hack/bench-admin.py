@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    from operator_project.environ import load_env_file, parse_database_url
+    from reconcilers.environ import load_env_file, parse_database_url
 
     load_env_file(REPO / ".local" / "env")
     db = parse_database_url(os.environ["DATABASE_URL"])

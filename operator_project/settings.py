@@ -12,7 +12,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .environ import env_bool, env_float, env_int, env_list, load_env_file, parse_database_url
+from reconcilers.environ import (env_bool, env_float, env_int, env_list, load_env_file,
+                                 parse_database_url)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -141,13 +142,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
 }
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE = {
-    # The reaper also sends retries whose delay was too long for a broker countdown.
-    "reconcilers-reap": {"task": "reconcilers.reap",
-                         "schedule": env_float("RECONCILERS_REAPER_INTERVAL", 10.0)},
-    "reconcilers-resync": {"task": "reconcilers.resync", "schedule": 30.0},
-    "reconcilers-prune-history": {"task": "reconcilers.prune_history", "schedule": 3600.0},
-}
+# Beat's periodic tasks (reaper, resync, history pruning) are added by the reconcilers app
+# itself (reconcilers/tasks.py); an entry of the same name here would override it.
 
 LOGGING = {
     "version": 1,
@@ -197,7 +193,7 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
-# Health checks (operator_project/health.py): seconds each readiness check may take, and how old
+# Health checks (reconcilers/health.py): seconds each readiness check may take, and how old
 # the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)

@@ -1,9 +1,9 @@
-"""URLs: the admin at /admin/; liveness at /healthz and readiness at /readyz (health.py)."""
+"""URLs: the admin at /admin/; liveness at /healthz and readiness at /readyz (reconcilers/health.py)."""
 
 from django.contrib import admin
 from django.urls import path
 
-from . import health
+from reconcilers import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -8,13 +8,17 @@ plumbing stay behind this surface.
 
 from . import events, predicates
 from .context import Context, NotOwnedError
+from .kube import ApiError
 from .registry import Registry, register
 from .results import PermanentError, Result, TemporaryError
-from .spec import GVR, Owns, Reconciler
+from .spec import Reconciler
+from .vocab import GVR, Key, Owns
 
 __all__ = [
+    "ApiError",
     "Context",
     "GVR",
+    "Key",
     "NotOwnedError",
     "Owns",
     "PermanentError",

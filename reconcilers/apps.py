@@ -1,4 +1,4 @@
-"""App configuration: loads every installed app's ``reconcilers.py`` at start-up."""
+"""App configuration: loads every installed app's ``reconcilers.py`` and wires the engine."""
 
 from django.apps import AppConfig
 
@@ -13,4 +13,4 @@ class ReconcilersConfig(AppConfig):
 
         resources.autodiscover()
         registry.autodiscover()
-        tasks.register_all()
+        tasks.install()

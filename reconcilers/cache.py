@@ -2,9 +2,10 @@
 
 Workers are separate processes, so client-go's in-memory Indexer becomes one Redis hash per
 watched resource (``operator:obj:<group>/<version>/<plural>``, field ``<namespace>/<name>``).
-``operator:synced:<resource>`` marks a resource whose initial list is complete: only then does a
-cache miss mean "deleted". If Redis restarts empty the marker is gone too, readers fall back to
-the api-server, and the watcher notices and relists. Only this module knows the key layout.
+``operator:synced:<resource>:<namespace>`` (``*`` for a stream of every namespace) marks a
+scope whose initial list is complete: only then does a cache miss there mean "deleted". If
+Redis restarts empty the markers are gone too, readers fall back to the api-server, and the
+watcher notices and relists. Only this module knows the key layout.
 
 Objects are stored sanitised: no ``managedFields``, no last-applied annotation, and never the
 data of a Secret.
@@ -19,7 +20,7 @@ from typing import Iterable, Mapping
 import redis
 from django.conf import settings
 
-from .spec import GVR
+from .vocab import GVR, object_path
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -39,12 +40,11 @@ def _objects_key(gvr: GVR) -> str:
     return f"operator:obj:{gvr.id}"
 
 
-def _synced_key(gvr: GVR) -> str:
-    return f"operator:synced:{gvr.id}"
+def _synced_key(gvr: GVR, namespace: str | None) -> str:
+    return f"operator:synced:{gvr.id}:{namespace or '*'}"
 
 
-def field(namespace: str | None, name: str) -> str:
-    return f"{namespace or ''}/{name}"
+field = object_path  # the hash field of an object: ``<namespace>/<name>``
 
 
 def sanitize(obj: Mapping) -> dict:
@@ -86,26 +86,22 @@ def fields(gvr: GVR) -> set[str]:
     return {f.decode() for f in get_redis().hkeys(_objects_key(gvr))}
 
 
-def all_objects(gvr: GVR) -> dict[str, dict]:
-    return {k.decode(): json.loads(v) for k, v in get_redis().hgetall(_objects_key(gvr)).items()}
+def objects(gvr: GVR, namespace: str | None = None) -> dict[str, dict]:
+    """``{field: object}`` of everything cached for ``gvr`` (in ``namespace`` if given): what a
+    watcher knew before it restarted, for its relist diff."""
+    match = f"{namespace}/*" if namespace else None
+    return {k.decode(): json.loads(v)
+            for k, v in get_redis().hscan_iter(_objects_key(gvr), match=match, count=1000)}
 
 
-def versions(gvr: GVR) -> dict[str, str]:
-    """``{field: resourceVersion}`` of everything cached for ``gvr`` (for relist diffs)."""
-    out = {}
-    for k, v in get_redis().hscan_iter(_objects_key(gvr), count=1000):
-        rv = json.loads(v).get("metadata", {}).get("resourceVersion", "")
-        out[k.decode()] = rv
-    return out
+def mark_synced(gvr: GVR, namespace: str | None, resource_version: str) -> None:
+    get_redis().set(_synced_key(gvr, namespace), resource_version)
 
 
-def mark_synced(gvr: GVR, resource_version: str) -> None:
-    get_redis().set(_synced_key(gvr), resource_version)
-
-
-def is_synced(gvr: GVR) -> bool:
-    return bool(get_redis().exists(_synced_key(gvr)))
-
-
-def clear(gvr: GVR) -> None:
-    get_redis().delete(_objects_key(gvr), _synced_key(gvr))
+def is_synced(gvr: GVR, namespace: str | None = None) -> bool:
+    """Whether a miss in ``namespace`` means "deleted": its scope (or all namespaces) is
+    listed. Without ``namespace``, only a stream of every namespace counts."""
+    keys = [_synced_key(gvr, None)]
+    if namespace:
+        keys.append(_synced_key(gvr, namespace))
+    return bool(get_redis().exists(*keys))

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from django.conf import settings as django_settings
 from django.core.checks import Error, Warning, register
 
-from . import conf
+from .conf import settings
 from .registry import registry
 
 
 @register()
 def check_retry_delays(app_configs, **kwargs):
     errors = []
-    visibility = (getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}).get(
+    visibility = (getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}).get(
         "visibility_timeout", 3600)
-    max_countdown = float(conf.get("RECONCILERS_MAX_COUNTDOWN"))
+    max_countdown = settings().max_countdown
     if max_countdown >= visibility:
         errors.append(Error(
             f"RECONCILERS_MAX_COUNTDOWN ({max_countdown:g}s) must be shorter than the broker's "
@@ -22,8 +22,8 @@ def check_retry_delays(app_configs, **kwargs):
             hint="Redis redelivers a message whose countdown outlives the visibility timeout, "
                  "so it would run twice. Longer delays are kept in the ledger anyway.",
             id="reconcilers.E001"))
-    lease = float(conf.get("RECONCILERS_LEASE_SECONDS"))
-    if float(conf.get("RECONCILERS_REDISPATCH_AFTER")) < 1:
+    lease = settings().lease_seconds
+    if settings().redispatch_after < 1:
         errors.append(Error("RECONCILERS_REDISPATCH_AFTER must be at least 1 second",
                             id="reconcilers.E002"))
     if lease < 3:

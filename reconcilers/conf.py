@@ -1,78 +1,126 @@
-"""The operator's settings (``RECONCILERS_*``), each with its default here and nowhere else.
+"""The operator's settings (``RECONCILERS_*``): names, types, defaults and docs in one place.
 
-Any of them can be set in Django settings or, for the ones marked env, in the environment.
+``settings()`` reads them once into a frozen ``Settings``: each from the Django setting of that
+name if set, else from the environment variable of that name, else the default below. A value
+of the wrong type is an ``ImproperlyConfigured`` at start-up, not a crash at the first retry.
+Tests that change a setting (``override_settings``) get a fresh read automatically.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
-from operator_project.environ import env_float, env_int
+from .environ import parse_bool, parse_float, parse_int
 
-DEFAULTS: dict[str, object] = {
-    # Per-item exponential backoff, client-go's defaults: 5 ms doubling up to 1000 s.
-    "RECONCILERS_BACKOFF_BASE": 0.005,
-    "RECONCILERS_BACKOFF_MAX": 1000.0,
-    # A run holds its key for this long unless it renews; a worker killed mid-run loses it.
-    "RECONCILERS_LEASE_SECONDS": 60.0,
-    # A delay longer than this is kept in the ledger and sent by beat when due, not as a Redis
-    # countdown (which Redis would redeliver after the visibility timeout).
-    "RECONCILERS_MAX_COUNTDOWN": 300.0,
-    # A queued key whose message has not started a run after this long is sent again.
-    "RECONCILERS_REDISPATCH_AFTER": 60.0,
-    # How often beat runs the reaper / the due-work sweep / the resync check (seconds).
-    "RECONCILERS_REAPER_INTERVAL": 10.0,
-    # Default resync period of a reconciler that declares none (seconds; 0 = never).
-    "RECONCILERS_RESYNC_PERIOD": 600.0,
-    # History retention: rows older than this many days are pruned, and at most this many
-    # rows are kept per key (0 = no limit).
-    "RECONCILERS_HISTORY_DAYS": 14,
-    "RECONCILERS_HISTORY_PER_KEY": 500,
-    # Keys per enqueue statement when a relist or resync enqueues many at once.
-    "RECONCILERS_ENQUEUE_BATCH": 1000,
-    # Watch: server-side timeout range and client-side inactivity timeout (seconds).
-    "RECONCILERS_WATCH_TIMEOUT_MIN": 300,
-    "RECONCILERS_WATCH_TIMEOUT_MAX": 600,
-    "RECONCILERS_WATCH_INACTIVITY": 90.0,
-    "RECONCILERS_LIST_PAGE_SIZE": 500,
-    # Leader election for watchers (coordination.k8s.io Lease).
-    "RECONCILERS_LEADER_ELECTION": True,
-    "RECONCILERS_LEASE_NAMESPACE": "default",
-    "RECONCILERS_LEASE_NAME": "django-crd-operator-watcher",
-    "RECONCILERS_LEADER_LEASE_SECONDS": 15,
-    # Namespaces to watch ("" = all).
-    "RECONCILERS_NAMESPACES": "",
-    # Install/apply the CRDs of enabled reconcilers when the watcher starts.
-    "RECONCILERS_APPLY_CRDS": False,
-}
-
-_ENV_FLOAT = {"RECONCILERS_LEASE_SECONDS", "RECONCILERS_MAX_COUNTDOWN",
-              "RECONCILERS_REDISPATCH_AFTER", "RECONCILERS_REAPER_INTERVAL",
-              "RECONCILERS_RESYNC_PERIOD", "RECONCILERS_BACKOFF_BASE", "RECONCILERS_BACKOFF_MAX",
-              "RECONCILERS_WATCH_INACTIVITY"}
-_ENV_INT = {"RECONCILERS_HISTORY_DAYS", "RECONCILERS_HISTORY_PER_KEY",
-            "RECONCILERS_ENQUEUE_BATCH", "RECONCILERS_LEADER_LEASE_SECONDS"}
+PREFIX = "RECONCILERS_"
 
 
-def get(name: str):
-    """Django setting, else environment variable, else the default above."""
+def _s(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    backoff_base: float = _s(0.005, "First retry delay in seconds; doubles per consecutive "
+                                    "failure of a key (client-go's default 5 ms).")
+    backoff_max: float = _s(1000.0, "Longest retry delay in seconds (client-go's 1000 s).")
+    lease_seconds: float = _s(60.0, "A run's hold on its key, renewed every third while it "
+                                    "runs; a dead worker's key is re-queued once it expires "
+                                    "(a reconciler's `timeout` overrides it).")
+    max_countdown: float = _s(300.0, "Longest delay sent as a Celery countdown; longer ones "
+                                     "wait in the ledger until beat sends them (must be shorter "
+                                     "than the broker's visibility timeout; checked at start).")
+    redispatch_after: float = _s(60.0, "A queued key whose message has not started a run after "
+                                       "this many seconds is sent again.")
+    reaper_interval: float = _s(10.0, "Seconds between beat's reaper runs (lost runs, lost "
+                                      "messages, due retries).")
+    resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "
+                                     "(seconds; 0 = never).")
+    history_days: int = _s(14, "History older than this many days is pruned (0 = keep).")
+    history_per_key: int = _s(500, "At most this many history rows are kept per key "
+                                   "(0 = no limit).")
+    enqueue_batch: int = _s(1000, "Keys per statement when a relist or resync enqueues many.")
+    watch_timeout_min: int = _s(300, "Shortest server-side watch timeout (seconds).")
+    watch_timeout_max: int = _s(600, "Longest server-side watch timeout (seconds).")
+    watch_inactivity: float = _s(90.0, "A watch silent this long (no event, no bookmark) is "
+                                       "reconnected.")
+    list_page_size: int = _s(500, "Objects per page of a LIST.")
+    leader_election: bool = _s(True, "Elect one leading watcher through a Lease.")
+    lease_namespace: str = _s("default", "Namespace of the leader-election Lease.")
+    lease_name: str = _s("django-crd-operator-watcher", "Name of the leader-election Lease.")
+    leader_lease_seconds: float = _s(15.0, "Lease duration: a standby takes over this long "
+                                           "after the leader stops renewing.")
+    namespaces: str = _s("", "Comma-separated namespaces to watch (empty = all).")
+    apply_crds: bool = _s(False, "Server-side apply the CRDs of enabled reconcilers when the "
+                                 "watcher starts.")
+
+    @classmethod
+    def fields(cls) -> Iterator[dataclasses.Field]:
+        return iter(dataclasses.fields(cls))
+
+    @staticmethod
+    def setting_name(attribute: str) -> str:
+        return PREFIX + attribute.upper()
+
+    @classmethod
+    def markdown(cls) -> str:
+        """The README's table of these settings (a test keeps the two equal)."""
+        rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
+        for f in cls.fields():
+            default = (("on" if f.default else "off") if isinstance(f.default, bool)
+                       else f.default if f.default != "" else "(empty)")
+            rows.append(f"| `{cls.setting_name(f.name)}` | `{default}` | {f.metadata['doc']} |")
+        return "\n".join(rows)
+
+    def table(self) -> list[tuple[str, Any, Any, str]]:
+        """``(setting, value in force, default, doc)`` for every setting: the admin shows it."""
+        return [(self.setting_name(f.name), getattr(self, f.name), f.default, f.metadata["doc"])
+                for f in self.fields()]
+
+    def backoff(self, base: float | None = None, cap: float | None = None) -> "Backoff":
+        return Backoff(base or self.backoff_base, cap or self.backoff_max)
+
+    @property
+    def namespace_list(self) -> list[str]:
+        return [n.strip() for n in self.namespaces.split(",") if n.strip()]
+
+
+_PARSERS = {"float": parse_float, "int": parse_int, "bool": parse_bool, "str": lambda n, v: v}
+
+
+def _read(f: dataclasses.Field) -> Any:
+    name = Settings.setting_name(f.name)
+    kind = f.type if isinstance(f.type, str) else f.type.__name__
     if hasattr(django_settings, name):
-        return getattr(django_settings, name)
-    default = DEFAULTS[name]
-    if name in _ENV_FLOAT:
-        return env_float(name, float(default))  # type: ignore[arg-type]
-    if name in _ENV_INT:
-        return env_int(name, int(default))  # type: ignore[arg-type]
-    import os
+        value = getattr(django_settings, name)
+        if not isinstance(value, str):
+            return _PARSERS[kind](name, str(value)) if kind != "bool" else bool(value)
+    else:
+        value = os.environ.get(name, "")
+        if value == "":
+            return f.default
+    return _PARSERS[kind](name, value)
 
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if isinstance(default, bool):
-        return value.lower() in {"1", "true", "yes", "on"}
-    return value
+
+@functools.lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The settings in force, read once per process."""
+    return Settings(**{f.name: _read(f) for f in Settings.fields()})
+
+
+def _reset(*, setting: str, **kwargs) -> None:
+    if setting.startswith(PREFIX):
+        settings.cache_clear()
+
+
+setting_changed.connect(_reset)
 
 
 @dataclass(frozen=True)
@@ -87,7 +135,3 @@ class Backoff:
             return 0.0
         # Cap the exponent first so a huge failure count cannot overflow a float.
         return min(self.base * (2 ** min(failures - 1, 64)), self.cap)
-
-
-def default_backoff() -> Backoff:
-    return Backoff(float(get("RECONCILERS_BACKOFF_BASE")), float(get("RECONCILERS_BACKOFF_MAX")))

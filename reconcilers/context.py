@@ -10,29 +10,15 @@ from __future__ import annotations
 
 import copy
 import logging
-from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from kubernetes.client.exceptions import ApiException
-
 from . import cache, events, kube
-from .ledger import Key
 from .results import TemporaryError
-from .spec import GVR, Reconciler
+from .vocab import GVR, Key, rfc3339
 
 
 class NotOwnedError(TemporaryError):
     """A child with the wanted name exists but another controller (or nobody) owns it."""
-
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def gvr_of(api_version: str, kind: str, plural: str | None = None,
-           namespaced: bool = True) -> GVR:
-    group, _, version = api_version.rpartition("/")
-    return GVR(group, version, plural or kind.lower() + "s", kind, namespaced)
 
 
 def is_subset(desired: Any, actual: Any) -> bool:
@@ -50,21 +36,32 @@ def controller_of(obj: Mapping) -> Mapping | None:
     return None
 
 
+class KeyLogger(logging.LoggerAdapter):
+    """A logger whose every line names the object key (and carries it as ``record.key``)."""
+
+    def __init__(self, logger: logging.Logger, key: Key):
+        super().__init__(logger, {"key": str(key)})
+
+    def process(self, msg, kwargs):
+        kwargs["extra"] = {**self.extra, **(kwargs.get("extra") or {})}
+        return f"[{self.extra['key']}] {msg}", kwargs
+
+
 class Context:
     """Per-run helpers. ``ctx.log`` is a logger bound to the key."""
 
-    def __init__(self, key: Key, reconciler: type[Reconciler], obj: dict,
-                 api=None, watched: dict[tuple[str, str], GVR] | None = None):
+    def __init__(self, key: Key, obj: dict, *, primary: GVR,
+                 watched: Mapping[tuple[str, str], GVR] | None = None,
+                 api: kube.ApiClient | None = None):
+        """``watched``: the resources the watcher caches for this reconciler, by
+        ``(apiVersion, kind)``; reads of those come from the shared cache."""
         self.key = key
-        self.reconciler = reconciler
         self.obj = obj
         self.api = api or kube.api_client()
-        self.primary = reconciler.primary()
-        self.log = logging.LoggerAdapter(logging.getLogger(f"reconcilers.{key.reconciler}"),
-                                         {"key": str(key)})
+        self.primary = primary
+        self.log = KeyLogger(logging.getLogger(f"reconcilers.{key.reconciler}"), key)
         self.events: list[dict] = []
-        self._watched = watched or {
-            (g.api_version, g.kind): g for _, g, _ in _watched_by(reconciler)}
+        self._watched = dict(watched or {(primary.api_version, primary.kind): primary})
         self._conditions: dict[str, dict] = {}
 
     # --- reads ---------------------------------------------------------------------------
@@ -72,16 +69,12 @@ class Context:
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None,
             plural: str | None = None) -> dict | None:
         """The object, or None when it does not exist. A deep copy: safe to modify."""
-        gvr = self._watched.get((api_version, kind)) or gvr_of(api_version, kind, plural)
+        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
         ns = namespace if namespace is not None else self.key.namespace
-        if (api_version, kind) in self._watched and cache.is_synced(gvr):
-            return cache.get(gvr, ns if gvr.namespaced else None, name)
-        try:
-            return kube.request(self.api, "GET", gvr.path(ns, name))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        scope = ns if gvr.namespaced else None
+        if (api_version, kind) in self._watched and cache.is_synced(gvr, scope):
+            return cache.get(gvr, scope, name)
+        return kube.get_or_none(self.api, gvr.path(ns, name))
 
     # --- children ------------------------------------------------------------------------
 
@@ -101,7 +94,7 @@ class Context:
         desired = copy.deepcopy(desired)
         meta = desired.setdefault("metadata", {})
         gvr = (self._watched.get((desired["apiVersion"], desired["kind"]))
-               or gvr_of(desired["apiVersion"], desired["kind"], plural))
+               or GVR.of(desired["apiVersion"], desired["kind"], plural))
         if gvr.namespaced:
             meta.setdefault("namespace", self.key.namespace)
         meta["ownerReferences"] = [self.owner_reference()]
@@ -110,8 +103,8 @@ class Context:
         if existing is None:
             try:
                 return kube.request(self.api, "POST", gvr.path(meta.get("namespace")), desired)
-            except ApiException as e:
-                if e.status != 409:
+            except kube.ApiError as e:
+                if not e.conflict:
                     raise
                 existing = kube.request(self.api, "GET",
                                         gvr.path(meta.get("namespace"), meta["name"]))
@@ -149,7 +142,7 @@ class Context:
         self._conditions[type_] = {
             "type": type_, "status": status_str, "reason": reason, "message": message,
             "observedGeneration": self.obj["metadata"].get("generation"),
-            "lastTransitionTime": now_rfc3339() if changed else previous["lastTransitionTime"],
+            "lastTransitionTime": rfc3339() if changed else previous["lastTransitionTime"],
         }
 
     def patch_status(self, status: Mapping | None = None, observed_generation: bool = True) -> dict:
@@ -202,9 +195,3 @@ class Context:
         current = list(self.obj["metadata"].get("finalizers") or [])
         if name in current:
             self._patch_finalizers([f for f in current if f != name])
-
-
-def _watched_by(reconciler: type[Reconciler]):
-    yield reconciler, reconciler.primary(), "primary"
-    for owned in reconciler.owns:
-        yield reconciler, owned.gvr(), "owned"

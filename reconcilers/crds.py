@@ -14,9 +14,10 @@ from typing import Iterable, TextIO
 
 import yaml
 from django.apps import apps
-from django.conf import settings
+from django.conf import settings as django_settings
 
-from . import conf, kube
+from . import kube
+from .conf import settings
 from .resources.apply import apply_crds
 from .spec import Reconciler
 
@@ -29,7 +30,7 @@ def manifest_for(cls: type[Reconciler]) -> Path | None:
     return path if path.exists() else None
 
 
-def _is_sample(cls: type[Reconciler]) -> bool:
+def is_sample(cls: type[Reconciler]) -> bool:
     return cls.__module__.startswith("reconcilers.contrib.")
 
 
@@ -41,10 +42,10 @@ def apply_manifest(api, path: Path, timeout: float = 60) -> str:
 
 def sync_registered(classes: Iterable[type[Reconciler]], out: TextIO = sys.stdout) -> None:
     """Apply the manifests of ``classes`` the settings allow (idempotent: server-side apply)."""
-    apply_all = bool(conf.get("RECONCILERS_APPLY_CRDS"))
-    samples = getattr(settings, "OPERATOR_SAMPLES", False)
+    apply_all = settings().apply_crds
+    samples = getattr(django_settings, "OPERATOR_SAMPLES", False)
     api = kube.api_client()
     for cls in classes:
         path = manifest_for(cls)
-        if path is not None and (apply_all or (samples and _is_sample(cls))):
+        if path is not None and (apply_all or (samples and is_sample(cls))):
             out.write(f"CRD {cls.name()}: {apply_manifest(api, path)}\n")

@@ -11,13 +11,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
-from datetime import datetime, timezone
 from typing import Mapping
-
-from kubernetes.client.exceptions import ApiException
 
 from . import kube
 from .cache import get_redis
+from .vocab import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +24,6 @@ COMPONENT = "django-crd-operator"
 
 NORMAL = "Normal"
 WARNING = "Warning"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def record(api, obj: Mapping, type_: str, reason: str, message: str) -> None:
@@ -43,18 +37,17 @@ def record(api, obj: Mapping, type_: str, reason: str, message: str) -> None:
         r.expire(f"operator:event:{namespace}/{name}", 3600)
         if not r.set(f"operator:event-write:{namespace}/{name}", 1, nx=True, ex=WRITE_INTERVAL):
             return
-        now = _now()
-        path = f"/api/v1/namespaces/{namespace}/events"
+        now = rfc3339()
         if count > 1:
             try:
-                kube.request(api, "PATCH", f"{path}/{name}",
+                kube.request(api, "PATCH", kube.EVENTS.path(namespace, name),
                              {"count": count, "lastTimestamp": now, "message": message},
                              content_type=kube.MERGE_PATCH)
                 return
-            except ApiException as e:
-                if e.status != 404:
+            except kube.ApiError as e:
+                if not e.gone:
                     raise
-        kube.request(api, "POST", path, {
+        kube.request(api, "POST", kube.EVENTS.path(namespace), {
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
@@ -66,9 +59,9 @@ def record(api, obj: Mapping, type_: str, reason: str, message: str) -> None:
             "source": {"component": COMPONENT, "host": socket.gethostname()},
             "reportingComponent": COMPONENT, "reportingInstance": socket.gethostname(),
         })
-    except ApiException as e:
-        if e.status == 409:
+    except kube.ApiError as e:
+        if e.conflict:
             return
-        log.warning("could not record event %s/%s: %s", reason, meta.get("name"), e.reason)
+        log.warning("could not record event %s/%s: %s", reason, meta.get("name"), e)
     except Exception as e:  # Redis down, network: an event is best effort
         log.warning("could not record event %s/%s: %s", reason, meta.get("name"), e)

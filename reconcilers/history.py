@@ -2,39 +2,52 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Mapping
 
 from django.db import connection
 from django.utils import timezone
 
-from . import conf
-from .ledger import Claim, Key
+from .capabilities import record_evidence
+from .conf import settings
+from .decision import Decision
+from .workqueue import Claim
 from .models import Outcome, ReconcileRecord
+from .vocab import Key
 
 
-def record_run(claim: Claim, obj: Mapping | None, *, outcome: str, started: datetime,
-               duration: float, requeue_after: float | None = None, error_class: str = "",
-               error_message: str = "", traceback: str = "", worker: str = "",
-               task_id: str = "", events: list | None = None, final: Mapping | None = None,
-               phase: str = "") -> ReconcileRecord:
-    """``obj`` is what the run saw; ``final`` the object as it left it (after status writes)."""
-    from .capabilities import record_evidence
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run saw and did, besides how it ended (the ``Decision``)."""
 
-    meta = (obj or {}).get("metadata") or {}
-    status = (final or obj or {}).get("status") or {}
+    started: datetime
+    duration: float  # seconds
+    worker: str = ""
+    task_id: str = ""
+    obj: Mapping | None = None  # the object as the run saw it
+    final: Mapping | None = None  # the object as the run left it (after status writes)
+    events: list = field(default_factory=list)
+    phase: str = ""  # reconcile | finalize
+
+
+def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
+    """One ``ReconcileRecord`` for one run, and the capability evidence it carries."""
+    meta = (facts.obj or {}).get("metadata") or {}
+    status = (facts.final or facts.obj or {}).get("status") or {}
+    if not isinstance(status, Mapping):
+        status = {}
     record = ReconcileRecord.objects.create(
         reconciler=claim.key.reconciler, namespace=claim.key.namespace, name=claim.key.name,
         uid=meta.get("uid", ""), triggers=claim.triggers, attempt=claim.attempts + 1,
-        started_at=started, finished_at=started + timedelta(seconds=duration),
-        duration_ms=duration * 1000, outcome=outcome, requeue_after=requeue_after,
-        error_class=error_class, error_message=error_message, traceback=traceback,
+        started_at=facts.started, finished_at=facts.started + timedelta(seconds=facts.duration),
+        duration_ms=facts.duration * 1000, outcome=decision.outcome,
+        requeue_after=decision.delay, error_class=decision.error_class,
+        error_message=decision.error_message, traceback=decision.traceback,
         resource_version=meta.get("resourceVersion", ""), generation=meta.get("generation"),
-        worker=worker, task_id=task_id, audit_ids=claim.audit_ids, events=events or [],
-        conditions=status.get("conditions") or [] if isinstance(status, Mapping) else [],
-        observed_generation=status.get("observedGeneration") if isinstance(status, Mapping)
-        else None,
-        phase=phase,
+        worker=facts.worker, task_id=facts.task_id, audit_ids=claim.audit_ids,
+        events=facts.events, conditions=status.get("conditions") or [],
+        observed_generation=status.get("observedGeneration"), phase=facts.phase,
     )
     record_evidence(record, claim.attempts)
     return record
@@ -62,8 +75,8 @@ def for_key(key: Key):
 
 def prune(days: int | None = None, per_key: int | None = None) -> int:
     """Delete records older than ``days`` and beyond the newest ``per_key`` of each key."""
-    days = int(conf.get("RECONCILERS_HISTORY_DAYS")) if days is None else days
-    per_key = int(conf.get("RECONCILERS_HISTORY_PER_KEY")) if per_key is None else per_key
+    days = settings().history_days if days is None else days
+    per_key = settings().history_per_key if per_key is None else per_key
     deleted = 0
     if days > 0:
         deleted += ReconcileRecord.objects.filter(

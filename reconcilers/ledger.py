@@ -12,8 +12,9 @@ clock, so it is atomic across every worker process and host:
 - ``renew``    extend a running item's lease.
 - ``reap``     recover what a crash or a lost message left behind (beat).
 
-A "dispatch" is (key, token, countdown): the caller sends one Celery message for it after the
-transaction commits. Sending a message twice is harmless - only one can claim.
+A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
+Sending a message twice is harmless - only one can claim. Only ``workqueue`` uses this module:
+it pairs each transition with the sending of its messages.
 """
 
 from __future__ import annotations
@@ -24,33 +25,13 @@ from typing import Iterable, NamedTuple, Sequence
 
 from django.db import connection, transaction
 
-from .models import State, WorkItem
+from .decision import Decision
+from .models import State, Trigger, WorkItem
+from .vocab import Key
 
 log = logging.getLogger(__name__)
 
 TABLE = WorkItem._meta.db_table
-
-
-class Key(NamedTuple):
-    """An object key: which reconciler, which object. What queues carry, never the object."""
-
-    reconciler: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        obj = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.reconciler}:{obj}"
-
-    @classmethod
-    def parse(cls, text: str) -> "Key":
-        reconciler, sep, obj = text.partition(":")
-        if not sep or not reconciler or not obj:
-            raise ValueError(f"malformed key {text!r}; expected <reconciler>:<namespace>/<name>")
-        namespace, _, name = obj.rpartition("/")
-        if not name:
-            raise ValueError(f"malformed key {text!r}: no object name")
-        return cls(reconciler, namespace, name)
 
 
 class Dispatch(NamedTuple):
@@ -182,16 +163,7 @@ def renew(claim_: Claim, lease_seconds: float) -> bool:
         return cursor.rowcount == 1
 
 
-@dataclass(frozen=True)
-class Finish:
-    outcome: str
-    attempts: int
-    delay: float | None = None  # None: no retry/requeue; else seconds until the next run
-    retry_trigger: str = "retry"
-    error: str = ""
-
-
-def finish(claim_: Claim, result: Finish, max_countdown: float) -> Dispatch | None:
+def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch | None:
     """running -> idle | backoff | queued. Returns the message to send, if any.
 
     Dirty wins over everything: an event arrived during the run, so the key runs again now.
@@ -226,9 +198,9 @@ def finish(claim_: Claim, result: Finish, max_countdown: float) -> Dispatch | No
             WHERE id = %(id)s AND token = %(token)s AND state = 'running'
             RETURNING state, token, dispatched_at IS NOT NULL
             """,
-            {"delay": result.delay, "attempts": result.attempts, "max": max_countdown,
-             "trig": result.retry_trigger, "outcome": result.outcome, "error": result.error[:4000],
-             "ok": result.outcome in ("success", "requeue_after"), "id": claim_.id,
+            {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
+             "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
+             "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
              "token": claim_.token},
         )
         row = cursor.fetchone()
@@ -239,7 +211,7 @@ def finish(claim_: Claim, result: Finish, max_countdown: float) -> Dispatch | No
     if state == State.QUEUED:
         return Dispatch(claim_.key, token)
     if state == State.BACKOFF and dispatched:
-        return Dispatch(claim_.key, token, countdown=result.delay)
+        return Dispatch(claim_.key, token, countdown=decision.delay)
     return None
 
 

@@ -11,9 +11,9 @@ from typing import Sequence
 
 from django.db import transaction
 
-from . import dispatch, ledger
-from .ledger import Key
+from . import workqueue
 from .models import AuditLog, Trigger
+from .vocab import Key
 
 MAX_LISTED_KEYS = 1000
 
@@ -41,7 +41,7 @@ def resync(user, keys: Sequence[Key], ip: str | None = None,
     with transaction.atomic():
         for reconciler, group in _by_reconciler(keys).items():
             row = _audit(user, ip, AuditLog.Action.RESYNC, reconciler, group, source)
-            dispatch.enqueue(group, Trigger.MANUAL, audit_id=row.pk)
+            workqueue.add(group, Trigger.MANUAL, audit_id=row.pk)
             rows.append(row)
     return rows
 
@@ -54,5 +54,5 @@ def set_paused(user, keys: Sequence[Key], paused: bool, ip: str | None = None,
     with transaction.atomic():
         for reconciler, group in _by_reconciler(keys).items():
             rows.append(_audit(user, ip, action, reconciler, group, source))
-            dispatch.send_on_commit(ledger.set_paused(group, paused))
+            workqueue.pause(group, paused)
     return rows

@@ -10,6 +10,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
+from .vocab import Key
+
 
 class Outcome(models.TextChoices):
     """One vocabulary for how a run ended: database, logs, metrics and admin all use it."""
@@ -140,8 +142,7 @@ class WorkItem(models.Model):
 
     @property
     def key_str(self) -> str:
-        obj = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.reconciler}:{obj}"
+        return str(Key(self.reconciler, self.namespace, self.name))
 
 
 class RecordQuerySet(models.QuerySet):
@@ -230,7 +231,7 @@ class ReconcileRecord(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.reconciler}:{self.namespace}/{self.name} {self.outcome}"
+        return f"{Key(self.reconciler, self.namespace, self.name)} {self.outcome}"
 
 
 class WatchStream(models.Model):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from django.conf import settings
+from django.conf import settings as django_settings
 
-from . import conf, crds
-from .spec import GVR, Reconciler
+from . import crds
+from .conf import settings
+from .spec import Reconciler
+from .vocab import GVR
 
 READ = ["get", "list", "watch"]
 
@@ -46,8 +48,9 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
             allow(gvr, gvr.plural, *READ, "create", "patch")
         extra.extend(cls.rbac_rules)
         if crds.manifest_for(cls) is not None and (
-                conf.get("RECONCILERS_APPLY_CRDS")
-                or (getattr(settings, "OPERATOR_SAMPLES", False) and crds._is_sample(cls))):
+                settings().apply_crds
+                or (getattr(django_settings, "OPERATOR_SAMPLES", False)
+                    and crds.is_sample(cls))):
             crd_names.append(cls.name())
 
     by_group: dict[tuple[str, tuple[str, ...]], list[str]] = {}
@@ -55,7 +58,7 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
         by_group.setdefault((group, tuple(sorted(vs))), []).append(resource)
     rules = [_rule([group], resources, vs) for (group, vs), resources in by_group.items()]
     rules.append(_rule([""], ["events"], ["create", "patch"]))
-    lease = str(conf.get("RECONCILERS_LEASE_NAME"))
+    lease = settings().lease_name
     rules.append(_rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [lease]))
     rules.append(_rule(["coordination.k8s.io"], ["leases"], ["create"]))
     if crd_names:

@@ -11,7 +11,7 @@ from typing import Iterator, TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
-from .spec import GVR, Reconciler
+from .spec import Reconciler
 
 R = TypeVar("R", bound=type[Reconciler])
 
@@ -73,14 +73,6 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._classes)
-
-    def watched(self) -> list[tuple[type[Reconciler], GVR, str]]:
-        """Every (reconciler, resource, role) the watcher must stream; role is primary/owned."""
-        out = []
-        for cls in self:
-            out.append((cls, cls.primary(), "primary"))
-            out.extend((cls, owned.gvr(), "owned") for owned in cls.owns)
-        return out
 
 
 registry = Registry()

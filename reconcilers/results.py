@@ -1,9 +1,10 @@
 """What a reconcile returns or raises - the control words of the loop.
 
-``reconcile()`` returns ``None``/``Result.done()`` (converged), ``Result.requeue()`` (run again
+``reconcile()`` returns ``None``/``Result.done()`` (converged), ``Result.again()`` (run again
 soon, with backoff), ``Result.after(seconds)`` (poll later; resets the backoff), or raises
 ``TemporaryError`` (retry, optionally after ``delay``), ``PermanentError`` (record it, stop
-retrying until the object changes) or any other exception (retry with backoff).
+retrying until the object changes) or any other exception (retry with backoff). What each one
+leads to is decided in one place: ``decision.decide``.
 """
 
 from __future__ import annotations

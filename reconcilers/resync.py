@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import time
 
-from . import cache, conf, dispatch
-from .ledger import Key
-from .models import Trigger, WorkItem
+from . import cache, workqueue
+from .conf import settings
+from .models import RegisteredReconciler, Trigger, WorkItem
 from .registry import registry
+from .vocab import Key, split_object_path
 
 
 def known_keys(reconciler: str, namespace: str | None = None) -> list[Key]:
     gvr = registry.get_class(reconciler).primary()
     names: set[tuple[str, str]] = set()
-    for f in cache.fields(gvr):
-        ns, _, name = f.partition("/")
-        names.add((ns, name))
-    if not cache.is_synced(gvr):
+    names.update(split_object_path(f) for f in cache.fields(gvr))
+    if not cache.is_synced(gvr, namespace):
         names.update(WorkItem.objects.filter(reconciler=reconciler)
                      .exclude(last_outcome="gone").values_list("namespace", "name"))
     return [Key(reconciler, ns, n) for ns, n in sorted(names)
@@ -35,20 +34,18 @@ def resync(reconciler: str, namespace: str | None = None, name: str | None = Non
         keys = [Key(reconciler, namespace or "", name)]
     else:
         keys = known_keys(reconciler, namespace)
-    dispatch.enqueue(keys, trigger, audit_id)
+    workqueue.add(keys, trigger, audit_id)
     return len(keys)
 
 
 def period_of(reconciler: str) -> float:
     """The admin's override (``RegisteredReconciler.resync_period``), else the code's value."""
-    from .models import RegisteredReconciler
-
     override = (RegisteredReconciler.objects.filter(name=reconciler)
                 .values_list("resync_period", flat=True).first())
     if override is not None:
         return float(override)
     declared = registry.get_class(reconciler).resync_period
-    return float(conf.get("RECONCILERS_RESYNC_PERIOD") if declared is None else declared)
+    return float(settings().resync_period if declared is None else declared)
 
 
 def resync_due() -> int:

@@ -7,68 +7,14 @@ know - which resource to watch, what it owns, how to retry - is read from these 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .predicates import Predicate
+from .vocab import GVR, Owns, plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Context
     from .results import Result
-
-
-@dataclass(frozen=True)
-class GVR:
-    """A watched resource: API group, version, plural, and kind."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def id(self) -> str:
-        """``apps/v1/deployments``; ``core/v1/configmaps`` for the core group."""
-        return f"{self.group or 'core'}/{self.version}/{self.plural}"
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace and self.namespaced:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
-
-
-@dataclass(frozen=True)
-class Owns:
-    """A child resource the reconciler creates; its events enqueue the controller owner's key.
-
-    ``Owns("apps/v1", "Deployment")``. The plural is ``kind.lower() + "s"`` unless given.
-    """
-
-    api_version: str
-    kind: str
-    plural: str | None = None
-    namespaced: bool = True
-
-    def gvr(self) -> GVR:
-        group, _, version = self.api_version.rpartition("/")
-        return GVR(group, version, self.plural or self.kind.lower() + "s", self.kind,
-                   self.namespaced)
-
-
-def _plural_of(kind: str) -> str:
-    lower = kind.lower()
-    if lower.endswith(("s", "x", "ch", "sh")):
-        return lower + "es"
-    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
-        return lower[:-1] + "ies"
-    return lower + "s"
 
 
 class Reconciler:
@@ -124,8 +70,16 @@ class Reconciler:
                        meta.scope == "Namespaced")
         if not cls.version or not cls.kind:
             raise TypeError(f"{cls.__name__} declares neither resource nor version and kind")
-        return GVR(cls.group, cls.version, cls.plural or _plural_of(cls.kind), cls.kind,
+        return GVR(cls.group, cls.version, cls.plural or plural(cls.kind), cls.kind,
                    cls.namespaced)
+
+    @classmethod
+    def watched(cls) -> dict[tuple[str, str], GVR]:
+        """Every resource the watcher caches for this reconciler, by ``(apiVersion, kind)``."""
+        out = {(o.api_version, o.kind): o.gvr() for o in cls.owns}
+        primary = cls.primary()
+        out[(primary.api_version, primary.kind)] = primary
+        return out
 
     @classmethod
     def name(cls) -> str:

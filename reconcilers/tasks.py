@@ -1,26 +1,28 @@
 """Celery tasks: thin adapters from a message to plain-Python operator code.
 
 One task per registered reconciler, named ``reconcile:<reconciler>``, so each kind has its own
-``rate_limit`` and queue. The message carries ``(key, token)``, never the object. Retries go
-through Celery's ``retry`` with the ledger's per-key backoff as the countdown.
+``rate_limit`` (Celery's token bucket stands in for the WorkQueue's overall rate limiter) and
+queue. The message carries ``(key, token)``, never the object; its task id is the work queue's
+``<key>#<token>``. A retry is a new message of the same task with the ledger's per-key backoff
+as its countdown, sent by the work queue like every other message.
+
+``install()`` (called from ``AppConfig.ready``) registers the tasks, the work queue's sender and
+beat's periodic tasks on whichever Celery app the project runs: nothing here names it.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import time
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 
-from operator_project.celery import app
-
-from . import conf, dispatch, history, ledger, runner
-from .cache import get_redis
-from .models import Outcome
+from . import history, resync as resyncs, runner, workqueue
+from .conf import settings
 from .registry import NotRegistered, registry
 
-HEARTBEAT_KEY = "operator:heartbeat:worker"
+# Publishing must not stall the watcher for long when Redis is down; the reaper covers it.
+PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
+                 "interval_max": 1.0}
 
 _tasks: dict[str, Task] = {}
 
@@ -35,20 +37,12 @@ def _make_task(reconciler: str) -> Task:
     except NotRegistered:
         rate_limit = None
 
-    @app.task(name=task_name(reconciler), bind=True, acks_late=True,
-              reject_on_worker_lost=True, ignore_result=True, max_retries=None,
-              rate_limit=rate_limit, typing=False)
+    @shared_task(name=task_name(reconciler), bind=True, acks_late=True,
+                 reject_on_worker_lost=True, ignore_result=True, rate_limit=rate_limit,
+                 typing=False)
     def reconcile_key(self: Task, key: str, token: int) -> str:
         report = runner.run(key, token, worker=f"{self.request.hostname}:{os.getpid()}",
                             task_id=self.request.id or "")
-        follow = report.follow_up
-        if follow is not None and follow.countdown and report.outcome in (
-                Outcome.ERROR, Outcome.REQUEUE):
-            # AddRateLimited: Celery's retry carries the ledger's backoff and the new token.
-            raise self.retry(kwargs={"key": key, "token": follow.token},
-                             countdown=follow.countdown)
-        if follow is not None:
-            dispatch.send([follow])
         return "dropped" if report.dropped else report.outcome
 
     return reconcile_key
@@ -62,26 +56,43 @@ def task_for(reconciler: str) -> Task:
     return task
 
 
-def register_all() -> None:
-    for cls in registry:
-        task_for(cls.name())
+@shared_task(name="reconcilers.reconcile_unregistered", bind=True, acks_late=True,
+             reject_on_worker_lost=True, ignore_result=True, typing=False)
+def reconcile_unregistered(self: Task, key: str, token: int) -> str:
+    """A key of a reconciler this process does not know (removed from the code, or a typo in
+    a manual resync): the runner records it as permanent instead of Celery dropping it as an
+    unregistered task, which would leave the key queued for ever."""
+    report = runner.run(key, token, worker=f"{self.request.hostname}:{os.getpid()}",
+                        task_id=self.request.id or "")
+    return "dropped" if report.dropped else report.outcome
+
+
+def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
+    """The work queue's sender: one Celery message for one dispatch."""
+    name = dispatch.key.reconciler
+    if name in registry:
+        task, queue = task_for(name), registry.get_class(name).queue
+    else:
+        task, queue = reconcile_unregistered, None
+    task.apply_async(
+        kwargs={"key": str(dispatch.key), "token": dispatch.token}, task_id=task_id,
+        queue=queue or None, countdown=dispatch.countdown or None,
+        retry=True, retry_policy=PUBLISH_RETRY)
 
 
 @shared_task(name="reconcilers.reap", ignore_result=True)
 def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
-    found = ledger.reap(float(conf.get("RECONCILERS_REDISPATCH_AFTER")))
+    found = workqueue.reap()
     if found.lost_runs:
         history.record_lost_runs(found.lost_runs)
-    return dispatch.send(found.dispatches)
+    return len(found.dispatches)
 
 
 @shared_task(name="reconcilers.resync", ignore_result=True)
 def resync() -> int:
     """Beat: re-enqueue every cached object of each reconciler whose resync period passed."""
-    from . import resync as resync_mod
-
-    return resync_mod.resync_due()
+    return resyncs.resync_due()
 
 
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
@@ -89,7 +100,22 @@ def prune_history() -> int:
     return history.prune()
 
 
-@shared_task(name="reconcilers.heartbeat", ignore_result=True)
-def heartbeat() -> None:
-    """Record that a worker consumed a message; the worker health check reads it."""
-    get_redis().hset(HEARTBEAT_KEY, f"{socket.gethostname()}:{os.getpid()}", time.time())
+def beat_schedule() -> dict[str, dict]:
+    return {
+        # The reaper also sends retries whose delay was too long for a broker countdown.
+        "reconcilers-reap": {"task": "reconcilers.reap",
+                             "schedule": settings().reaper_interval},
+        "reconcilers-resync": {"task": "reconcilers.resync", "schedule": 30.0},
+        "reconcilers-prune-history": {"task": "reconcilers.prune_history",
+                                      "schedule": 3600.0},
+    }
+
+
+def install() -> None:
+    """Tasks for every registered reconciler, the work queue's sender, beat's schedule (a
+    project's own ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
+    for cls in registry:
+        task_for(cls.name())
+    workqueue.set_sender(publish)
+    app = current_app
+    app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}

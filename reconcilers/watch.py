@@ -1,11 +1,11 @@
-"""The watch workers: client-go's Reflector + shared informer, feeding the work ledger.
+"""The watch workers: shared informers feeding the work queue.
 
-One ``Stream`` per watched resource (shared by every reconciler that watches it): a paginated
-LIST, then a WATCH from the list's resourceVersion with bookmarks and a server timeout; on
-``410 Gone`` a relist that also emits what changed or vanished meanwhile; on any other error a
-reconnect with capped exponential backoff (0.8 s -> 30 s, jittered). It never exits on a
-transient error. Each event line is parsed once; the object is written to the shared cache
-*before* its key is enqueued, so the worker that runs it reads this version or a newer one.
+One ``Stream`` per watched resource and namespace, shared by every reconciler that watches it,
+is three parts with one job each:
+
+- a ``Reflector`` (``reflector.py``) lists and watches, keeps the shared cache, reports changes;
+- a ``Router`` (``handlers.py``) maps each change to the keys it concerns;
+- a ``StreamStatus`` records what the admin's "watch streams" page shows.
 
 Keys go through one ``Enqueuer`` thread that drains everything waiting into a few batched
 statements: a relist of 10,000 objects costs a handful of round trips, not 10,000.
@@ -13,65 +13,31 @@ statements: a relist of 10,000 objects costs a handful of round trips, not 10,00
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
-import random
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils import timezone
-from kubernetes.client.exceptions import ApiException
 
-from . import cache, conf, dispatch, kube
-from .cache import get_redis
-from .ledger import Key
-from .models import Trigger, WatchStream
-from .spec import GVR, Reconciler
+from . import cache, workqueue
+from .conf import settings
+from .handlers import OWNED, PRIMARY, Handler, Router
+from .models import WatchStream
+from .reflector import Reflector
+from .spec import Reconciler
+from .vocab import GVR, Key
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_KEY = "operator:heartbeat:watcher"
 
 
-class Gone(Exception):
-    """The resourceVersion is too old (410): relist."""
-
-
-@dataclass(frozen=True)
-class Handler:
-    reconciler: type[Reconciler]
-    role: str  # primary | owned
-
-    def keys_for(self, old: dict | None, new: dict | None) -> list[Key]:
-        name = self.reconciler.name()
-        if self.role == "primary":
-            meta = (new or old or {})["metadata"]
-            return [Key(name, meta.get("namespace") or "", meta["name"])]
-        primary = self.reconciler.primary()
-        out = []
-        for obj in (old, new):
-            for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-                if (ref.get("controller") and ref.get("kind") == primary.kind
-                        and ref.get("apiVersion", "").rpartition("/")[0] == primary.group):
-                    ns = (obj["metadata"].get("namespace") or "") if primary.namespaced else ""
-                    key = Key(name, ns, ref["name"])
-                    if key not in out:
-                        out.append(key)
-        return out
-
-    def passes(self, old: dict | None, new: dict | None) -> bool:
-        if self.role != "primary":
-            return True
-        return all(p(old, new) for p in self.reconciler.predicates)
-
-
 class Enqueuer(threading.Thread):
-    """Drains (key, trigger) pairs into batched ledger statements, one per trigger."""
+    """Drains (key, trigger) pairs into batched work-queue adds, one per trigger."""
 
     def __init__(self, stop: threading.Event):
         super().__init__(daemon=True, name="enqueuer")
@@ -83,6 +49,12 @@ class Enqueuer(threading.Thread):
         self.queue.put((key, trigger))
 
     def run(self) -> None:
+        try:
+            self._drain_until_stopped()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _drain_until_stopped(self) -> None:
         while not self.stop_event.is_set() or not self.queue.empty():
             try:
                 first = self.queue.get(timeout=0.2)
@@ -106,7 +78,7 @@ class Enqueuer(threading.Thread):
             while True:
                 try:
                     close_old_connections()
-                    dispatch.enqueue(keys, trigger)
+                    workqueue.add(keys, trigger)
                     self.batches += 1
                     break
                 except Exception as exc:
@@ -123,214 +95,89 @@ class Enqueuer(threading.Thread):
             time.sleep(0.01)
 
 
-@dataclass
-class Stream:
-    """List + watch of one resource (in one namespace, or all)."""
+class StreamStatus:
+    """Counters and health of one stream, written to ``WatchStream`` rows (at most every 5 s
+    unless something important happened). Fed by the reflector's thread; ``save`` may also be
+    called by the supervising thread to flush a quiet stream."""
 
-    gvr: GVR
-    handlers: list[Handler]
-    enqueuer: Enqueuer
-    stop_event: threading.Event
-    namespace: str | None = None
-    holder: str = ""
-    known: dict[str, dict] = field(default_factory=dict)
-    resource_version: str = ""
-    relists: int = 0
-    events: int = 0
-    skipped: int = 0
-    errors: int = 0
-    connected: bool = False
-    _last_status_write: float = 0.0
-    _resp: object = None
+    def __init__(self, gvr: GVR, handlers: list[Handler], holder: str,
+                 skipped: Callable[[], int]):
+        self.gvr, self.handlers, self.holder = gvr, handlers, holder
+        self._skipped = skipped
+        self.resource_version = ""
+        self.events = self.relists = self.errors = 0
+        self.connected = False
+        self.last_error = ""
+        self._listed = False
+        self._last_write = 0.0
+        self._lock = threading.Lock()
 
-    def abort(self) -> None:
-        """Stop now: set the stop flag and close the open watch connection."""
-        self.stop_event.set()
-        resp = self._resp
-        if resp is not None:
+    def note(self, what: str, resource_version: str, error: str = "") -> None:
+        self.resource_version = resource_version
+        force = True
+        if what == "event":
+            self.events += 1
+            force = False
+        elif what == "relist":
+            self.relists += 1
+        elif what == "error":
+            self.errors += 1
+            self.connected = False
+            self.last_error = error
+        elif what == "connected":
+            self.connected = True
+        elif what == "listed":
+            self._listed = True
+        elif what == "stopped":
+            self.connected = False
+        self.save(force=force)
+
+    def save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not force and now - self._last_write < 5:
+                return
+            self._last_write = now
+            values = {"connected": self.connected, "holder": self.holder,
+                      "resource_version": self.resource_version, "events": self.events,
+                      "skipped": self._skipped(), "relists": self.relists,
+                      "errors": self.errors}
+            if self.events:
+                values["last_event_at"] = timezone.now()
+            if self._listed:
+                values["last_list_at"] = timezone.now()
+                self._listed = False
+            if self.last_error:
+                values["last_error"] = self.last_error[:2000]
+                self.last_error = ""
             try:
-                resp.shutdown()
-            except Exception:
-                pass
+                close_old_connections()
+                for h in self.handlers:
+                    WatchStream.objects.update_or_create(
+                        reconciler=h.reconciler.name(), resource=self.gvr.id,
+                        defaults={**values, "role": h.role})
+            except Exception as exc:  # visibility must never stop the stream
+                log.warning("could not record stream status: %s", exc)
 
-    # --- the loop --------------------------------------------------------------------------
+
+class Stream:
+    """One resource in one namespace (or all): reflector -> router -> enqueuer, with status."""
+
+    def __init__(self, gvr: GVR, handlers: list[Handler], enqueuer: Enqueuer,
+                 stop: threading.Event, namespace: str | None = None, holder: str = ""):
+        self.gvr, self.namespace = gvr, namespace
+        self.router = Router(handlers, enqueuer.put)
+        self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
+        self.reflector = Reflector(gvr, namespace, self.router, stop, self.status)
 
     def run(self) -> None:
-        api = kube.new_api_client()
-        delay = 0.8
-        first = True
-        while not self.stop_event.is_set():
-            try:
-                if first or not self.resource_version:
-                    self.list(api, initial=first)
-                    first = False
-                self.watch(api)
-                delay = 0.8
-            except Gone:
-                self.relists += 1
-                self.resource_version = ""
-                log.info("%s: resourceVersion expired, relisting", self.gvr.id)
-            except Exception as exc:
-                self.errors += 1
-                self.connected = False
-                self._save_status(error=f"{type(exc).__name__}: {exc}", force=True)
-                log.warning("%s: %s; reconnecting in %.1fs", self.gvr.id, exc, delay)
-                self.stop_event.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 30.0)
-        self.connected = False
-        self._save_status(force=True)
-        api.close()
-
-    def list(self, api, initial: bool = False) -> None:
-        """Paginated LIST; replace the cache and enqueue every difference from what we knew."""
-        seen: dict[str, dict] = {}
-        token = ""
-        page = int(conf.get("RECONCILERS_LIST_PAGE_SIZE"))
-        while True:
-            query = {"limit": page}
-            if token:
-                query["continue"] = token
-            body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                                timeout=(10, 120))
-            items = body.get("items") or []
-            for obj in items:
-                obj.setdefault("apiVersion", self.gvr.api_version)
-                obj.setdefault("kind", self.gvr.kind)
-                seen[cache.field(obj["metadata"].get("namespace"), obj["metadata"]["name"])] = obj
-            token = (body.get("metadata") or {}).get("continue") or ""
-            if not token:
-                rv = body["metadata"]["resourceVersion"]
-                break
-        if initial:
-            # After a restart we know nothing in memory: the shared cache tells what existed,
-            # so objects deleted while no watcher ran still get their "deleted" reconcile.
-            previous = {f: {"metadata": {"resourceVersion": v}}
-                        for f, v in cache.versions(self.gvr).items()}
-        else:
-            previous = self.known
-        pipe = get_redis().pipeline(transaction=False)
-        cache.put_many(self.gvr, seen.values(), pipe)
-        for f in set(previous) - set(seen):
-            ns, _, name = f.partition("/")
-            cache.delete(self.gvr, ns or None, name, pipe)
-        pipe.execute()
-        for f, obj in seen.items():
-            old = previous.get(f)
-            old_rv = (old or {}).get("metadata", {}).get("resourceVersion")
-            if old_rv != obj["metadata"].get("resourceVersion"):
-                old_full = self.known.get(f)
-                self._enqueue(old_full, obj, Trigger.ADDED if old is None else Trigger.RELIST)
-        for f in set(previous) - set(seen):
-            gone = self.known.get(f) or _stub(f, self.gvr)
-            self._enqueue(gone, None, Trigger.DELETED)
-        self.known = seen
-        self.resource_version = rv
-        cache.mark_synced(self.gvr, rv)
-        self._save_status(listed=True, force=True)
-
-    def watch(self, api) -> None:
-        timeout = random.randint(int(conf.get("RECONCILERS_WATCH_TIMEOUT_MIN")),
-                                 int(conf.get("RECONCILERS_WATCH_TIMEOUT_MAX")))
-        query = {"watch": "true", "resourceVersion": self.resource_version,
-                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout}
-        inactivity = float(conf.get("RECONCILERS_WATCH_INACTIVITY"))
-        resp = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                            timeout=(10, inactivity), stream=True)
-        self._resp = resp
-        self.connected = True
-        self._save_status(force=True)
         try:
-            for line in _lines(resp, self.stop_event):
-                self.handle(json.loads(line))
-                self._save_status()
+            self.reflector.run()
         finally:
-            self._resp = None
-            resp.release_conn()
-            resp.close()
+            connection.close()  # the status rows were written from this thread
 
-    # --- events ----------------------------------------------------------------------------
-
-    def handle(self, event: dict) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise Gone(obj.get("message", ""))
-            raise ApiException(status=obj.get("code") or 500, reason=obj.get("message"))
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind == "BOOKMARK":
-            self.resource_version = rv or self.resource_version
-            return
-        meta = obj["metadata"]
-        f = cache.field(meta.get("namespace"), meta["name"])
-        old = self.known.get(f)
-        if kind == "DELETED":
-            cache.delete(self.gvr, meta.get("namespace"), meta["name"])
-            self.known.pop(f, None)
-            self._enqueue(old or obj, None, Trigger.DELETED)
-        else:
-            cache.put_many(self.gvr, [obj])
-            self.known[f] = obj
-            self._enqueue(old, obj, Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED)
-        self.resource_version = rv or self.resource_version
-        self.events += 1
-
-    def _enqueue(self, old: dict | None, new: dict | None, trigger: str) -> None:
-        for handler in self.handlers:
-            if handler.role == "owned":
-                trig = Trigger.OWNED
-            elif not handler.passes(old, new):
-                self.skipped += 1
-                continue
-            else:
-                trig = trigger
-            for key in handler.keys_for(old, new):
-                self.enqueuer.put(key, trig)
-
-    # --- visibility --------------------------------------------------------------------------
-
-    def _save_status(self, error: str = "", listed: bool = False, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_status_write < 5:
-            return
-        self._last_status_write = now
-        values = {"connected": self.connected, "holder": self.holder,
-                  "resource_version": self.resource_version, "events": self.events,
-                  "skipped": self.skipped,
-                  "relists": self.relists, "errors": self.errors}
-        if self.events:
-            values["last_event_at"] = timezone.now()
-        if listed:
-            values["last_list_at"] = timezone.now()
-        if error:
-            values["last_error"] = error[:2000]
-        try:
-            close_old_connections()
-            for h in self.handlers:
-                WatchStream.objects.update_or_create(
-                    reconciler=h.reconciler.name(), resource=self.gvr.id,
-                    defaults={**values, "role": h.role})
-        except Exception as exc:  # visibility must never stop the stream
-            log.warning("could not record stream status: %s", exc)
-
-
-def _stub(f: str, gvr: GVR) -> dict:
-    ns, _, name = f.partition("/")
-    return {"apiVersion": gvr.api_version, "kind": gvr.kind,
-            "metadata": {"namespace": ns or None, "name": name}}
-
-
-def _lines(resp, stop: threading.Event) -> Iterator[bytes]:
-    buf = b""
-    for chunk in resp.stream(amt=None, decode_content=True):
-        if stop.is_set():
-            return
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if buf.strip():
-        yield buf
+    def abort(self) -> None:
+        self.reflector.abort()
 
 
 def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
@@ -338,20 +185,18 @@ def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
     """One stream per watched resource and namespace, with every reconciler's handler on it."""
     by_gvr: dict[GVR, list[Handler]] = defaultdict(list)
     for cls in reconcilers:
-        by_gvr[cls.primary()].append(Handler(cls, "primary"))
+        by_gvr[cls.primary()].append(Handler(cls, PRIMARY))
         for owned in cls.owns:
-            by_gvr[owned.gvr()].append(Handler(cls, "owned"))
-    namespaces = [n.strip() for n in str(conf.get("RECONCILERS_NAMESPACES")).split(",")
-                  if n.strip()] or [None]
-    return [Stream(gvr, handlers, enqueuer, stop, namespace=ns if gvr.namespaced else None,
-                   holder=holder)
+            by_gvr[owned.gvr()].append(Handler(cls, OWNED))
+    namespaces: list[str | None] = list(settings().namespace_list) or [None]
+    return [Stream(gvr, handlers, enqueuer, stop, namespace=ns, holder=holder)
             for gvr, handlers in by_gvr.items()
             for ns in (namespaces if gvr.namespaced else [None])]
 
 
 def heartbeat(identity: str) -> None:
     try:
-        get_redis().hset(HEARTBEAT_KEY, identity, time.time())
+        cache.get_redis().hset(HEARTBEAT_KEY, identity, time.time())
     except Exception as exc:
         log.warning("heartbeat failed: %s", exc)
 
@@ -366,18 +211,20 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str)
         heartbeat(identity)
         for s in streams:
             # Redis restarted empty: the synced marker vanished, so relist to refill.
-            if s.resource_version and not _synced_safe(s.gvr):
-                s.resource_version = ""
-            s._save_status()  # flushes counters of a quiet stream (throttled to every 5 s)
+            if (s.status.resource_version and not s.reflector.relist_requested.is_set()
+                    and not _synced_safe(s.gvr, s.namespace)):
+                s.reflector.request_relist()
+            s.status.save()  # flushes counters of a quiet stream (throttled to every 5 s)
         time.sleep(1)
     for s in streams:
         s.abort()
     for t in threads:
         t.join(15)
+    connection.close()
 
 
-def _synced_safe(gvr: GVR) -> bool:
+def _synced_safe(gvr: GVR, namespace: str | None) -> bool:
     try:
-        return cache.is_synced(gvr)
+        return cache.is_synced(gvr, namespace)
     except Exception:
         return True

@@ -5,6 +5,8 @@ Every fixture here talks to a real process started by ``make up`` (``python -m d
 - ``stack``          (session) the local stack's settings; fails with a clear message when the
                      control plane is not up (``make test`` brings it up first).
 - ``kube``           (session) a ``kubernetes.client.ApiClient`` authenticated as the admin user.
+- ``api``            a client made by the app's own door to Kubernetes (``reconcilers.kube``),
+                     with ``KUBECONFIG`` pointing at the stack.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
 - ``worker_db_url``  a DATABASE_URL pointing at pytest-django's test database, so processes a
@@ -63,6 +65,16 @@ def kube(stack):
     api = config.new_client_from_config(config_file=str(stack.kubeconfig))
     yield api
     api.close()
+
+
+@pytest.fixture
+def api(stack, monkeypatch):
+    from reconcilers import kube as door
+
+    monkeypatch.setenv("KUBECONFIG", str(stack.kubeconfig))
+    client = door.new_api_client()
+    yield client
+    client.close()
 
 
 @pytest.fixture

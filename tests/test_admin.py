@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from reconcilers import cache, capabilities, ledger, runner
 from reconcilers.capabilities import evidenced_level, score
-from reconcilers.ledger import Key
+from reconcilers.decision import Decision
+from reconcilers.vocab import Key
 from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
 from reconcilers.registry import registry
 
@@ -85,7 +86,7 @@ def test_manual_resync_goes_through_the_ledger_and_its_run_links_to_the_audit_ro
     assert a.state == "queued" and a.pending_triggers[-1] == "manual"
     assert a.pending_audit == [audit.pk]
     assert b.state == "running" and b.dirty  # never a concurrent run: re-run after this one
-    ledger.finish(running, ledger.Finish("success", 0), 300)
+    ledger.finish(running, Decision("success", 0), 300)
 
     report = runner.run(str(Key(PROBE, "ns", "a")), a.token)  # gone: no such Probe exists
     record = ReconcileRecord.objects.get(pk=report.record_id)

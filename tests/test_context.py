@@ -6,6 +6,7 @@ import pytest
 from kubernetes import client
 
 from reconcilers import ledger, runner
+from reconcilers.vocab import Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord
 
@@ -15,7 +16,7 @@ GROUP, VERSION, PLURAL = "test.operator.local", "v1", "probes"
 
 
 def run_once(reg: Registry, name: str, namespace: str, reconciler: str):
-    (d,) = ledger.enqueue([ledger.Key(reconciler, namespace, name)], "manual")
+    (d,) = ledger.enqueue([Key(reconciler, namespace, name)], "manual")
     return runner.run(str(d.key), d.token, registry=reg)
 
 
@@ -104,3 +105,21 @@ def test_create_or_update_writes_only_when_the_child_differs(kube, probe, namesp
     core.patch_namespaced_config_map("child", namespace, {"data": {"value": "drifted"}})
     run_once(reg, "p", namespace, Parent.name())
     assert core.read_namespaced_config_map("child", namespace).data == {"value": "1"}
+
+
+def test_ctx_log_names_the_object_key(probe, namespace, redis_client, caplog):
+    reg = Registry()
+
+    @register(registry=reg)
+    class Logs(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.log.info("reconciling now")
+
+    probe()
+    with caplog.at_level("INFO"):
+        run_once(reg, "p", namespace, Logs.name())
+    (line,) = [r for r in caplog.records if "reconciling now" in r.getMessage()]
+    assert line.getMessage() == f"[{Logs.name()}:{namespace}/p] reconciling now"
+    assert line.key == f"{Logs.name()}:{namespace}/p"

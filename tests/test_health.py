@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from operator_project import health
+from reconcilers import health
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,8 @@ from django.db import connection
 
 from reconcilers import ledger
 from reconcilers.conf import Backoff
-from reconcilers.ledger import Finish, Key
+from reconcilers.decision import Decision
+from reconcilers.vocab import Key
 from reconcilers.models import WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,7 +33,7 @@ def process(k: Key, token: int, outcome: str = "success", attempts: int = 0,
             delay: float | None = None, max_countdown: float = 300) -> ledger.Dispatch | None:
     claim = ledger.claim(k, token, "test", LEASE)
     assert claim is not None, f"claim of {k} with token {token} failed"
-    return ledger.finish(claim, Finish(outcome, attempts, delay), max_countdown)
+    return ledger.finish(claim, Decision(outcome, attempts, delay), max_countdown)
 
 
 def item(k: Key) -> WorkItem:
@@ -63,7 +64,7 @@ def test_a_stale_or_duplicate_message_claims_nothing():
     claim = ledger.claim(key("a"), d.token, "w", LEASE)
     assert claim is not None
     assert ledger.claim(key("a"), d.token, "w2", LEASE) is None  # redelivered duplicate
-    ledger.finish(claim, Finish("success", 0), 300)
+    ledger.finish(claim, Decision("success", 0), 300)
     assert ledger.claim(key("a"), d.token, "w3", LEASE) is None  # late duplicate
 
 
@@ -73,11 +74,11 @@ def test_add_while_processing_reruns_once_after_done():
     assert ledger.enqueue([key("a")], "modified") == []  # no second message while running
     assert ledger.enqueue([key("a")], "modified") == []
     assert item(key("a")).dirty is True
-    follow = ledger.finish(claim, Finish("success", 0), 300)
+    follow = ledger.finish(claim, Decision("success", 0), 300)
     assert follow is not None and follow.countdown is None
     second = ledger.claim(key("a"), follow.token, "w", LEASE)
     assert second.triggers == ["modified"]
-    assert ledger.finish(second, Finish("success", 0), 300) is None
+    assert ledger.finish(second, Decision("success", 0), 300) is None
     assert item(key("a")).state == "idle"
 
 
@@ -91,14 +92,14 @@ def test_failures_back_off_exponentially_and_success_forgets():
     for failures in (1, 2, 3):
         claim = ledger.claim(key("a"), token, "w", LEASE)
         assert claim.attempts == failures - 1
-        follow = ledger.finish(claim, Finish("error", failures, backoff.delay(failures)), 300)
+        follow = ledger.finish(claim, Decision("error", failures, backoff.delay(failures)), 300)
         assert follow.countdown == backoff.delay(failures)
         assert item(key("a")).state == "backoff"
         time.sleep(follow.countdown)
         token = follow.token
     claim = ledger.claim(key("a"), token, "w", LEASE)
     assert claim.triggers == ["retry"]
-    ledger.finish(claim, Finish("success", 0), 300)
+    ledger.finish(claim, Decision("success", 0), 300)
     assert item(key("a")).attempts == 0
     assert item(key("a")).last_success_at is not None
 
@@ -151,9 +152,9 @@ def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
     time.sleep(0.2)
     (again,) = ledger.reap(redispatch_after=60).dispatches
     fresh = ledger.claim(key("a"), again.token, "fresh", LEASE)
-    assert ledger.finish(slow, Finish("success", 0), 300) is None
+    assert ledger.finish(slow, Decision("success", 0), 300) is None
     assert item(key("a")).state == "running" and item(key("a")).worker == "fresh"
-    ledger.finish(fresh, Finish("success", 0), 300)
+    ledger.finish(fresh, Decision("success", 0), 300)
 
 
 def test_a_queued_key_whose_message_vanished_is_sent_again():
@@ -219,7 +220,7 @@ def test_many_producers_and_consumers_never_process_a_key_twice_at_once():
             time.sleep(0.001)
             with lock:
                 in_flight[d.key] -= 1
-            follow = ledger.finish(claim, Finish("success", 0), 300)
+            follow = ledger.finish(claim, Decision("success", 0), 300)
             if follow is not None:
                 with lock:
                     pending.append(follow)

@@ -20,7 +20,7 @@ def cache_objects(*names: str, ns: str = "ns") -> None:
     gvr = registry.get_class(PROBE).primary()
     cache.put_many(gvr, [{"metadata": {"namespace": ns, "name": n, "resourceVersion": "1"}}
                          for n in names])
-    cache.mark_synced(gvr, "1")
+    cache.mark_synced(gvr, None, "1")
 
 
 def test_resync_of_a_kind_enqueues_every_cached_object(redis_client):

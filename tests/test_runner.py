@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from reconcilers import ledger, runner
+from reconcilers.vocab import Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord, WorkItem
 
@@ -23,7 +24,7 @@ def reg():
 
 
 def enqueue(name: str, reconciler: str, ns: str):
-    (d,) = ledger.enqueue([ledger.Key(reconciler, ns, name)], "added")
+    (d,) = ledger.enqueue([Key(reconciler, ns, name)], "added")
     return str(d.key), d.token
 
 

@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from reconcilers import tasks
+from reconcilers import workqueue
+from reconcilers.models import ReconcileRecord
+from reconcilers.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,17 +27,43 @@ def _children_of(pid: int) -> set[int]:
     return children
 
 
-def test_a_worker_process_consumes_a_task_sent_through_redis(celery_worker, redis_client):
-    worker = celery_worker()
-    tasks.heartbeat.delay()
-
-    deadline = time.monotonic() + 30
-    beats: dict = {}
-    while time.monotonic() < deadline and not beats:
-        beats = redis_client.hgetall(tasks.HEARTBEAT_KEY)
+def _records(key: Key, count: int, timeout: float = 30) -> list[ReconcileRecord]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = list(ReconcileRecord.objects.filter(name=key.name).order_by("id"))
+        if len(rows) >= count:
+            return rows
         time.sleep(0.1)
-    assert len(beats) == 1, worker.log()[-3000:]
-    (identity,) = beats
-    pid = int(identity.decode().rsplit(":", 1)[1])
+    raise AssertionError(f"expected {count} records of {key}, got {len(rows)}")
+
+
+def test_a_worker_process_runs_a_key_sent_through_redis(celery_worker, redis_client):
+    worker = celery_worker()
+    key = Key("widgets.nowhere.example.com", "ns", "sent")
+    assert workqueue.add([key], "manual") == 1
+
+    (record,) = _records(key, 1)
+    assert record.outcome == "permanent", worker.log()[-3000:]
+    assert record.task_id == f"{key}#1"  # the work queue's id: key and token
+    pid = int(record.worker.rsplit(":", 1)[1])
     # The task ran in the worker's pool, not in this test process.
     assert pid in _children_of(worker.pid) | {worker.pid}
+
+
+def test_every_retry_is_a_new_message_with_the_id_of_its_token(operator, kube):
+    from kubernetes import client
+
+    operator.start_worker()
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        "test.operator.local", "v1", operator.namespace, "probes",
+        {"apiVersion": "test.operator.local/v1", "kind": "Probe",
+         "metadata": {"name": "flaky"}, "spec": {"value": 1, "failTimes": 2}})
+    key = Key("probes.test.operator.local", operator.namespace, "flaky")
+    workqueue.add([key], "manual")
+
+    records = _records(key, 3)
+    assert [r.outcome for r in records] == ["error", "error", "success"]
+    ids = [r.task_id for r in records]
+    assert len(set(ids)) == 3, ids  # a retry is never the old task id again
+    tokens = [int(i.rpartition("#")[2]) for i in ids]
+    assert ids == [f"{key}#{t}" for t in tokens] and tokens == sorted(tokens)

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .. import conf
+from ..conf import settings
 from ..models import Outcome, ReconcileRecord, WorkItem
 from .common import OUTCOME_COLOURS
 
@@ -115,11 +115,11 @@ def dashboard_view(admin_site):
                 "queue": q,
                 "oldest": f"{(now - q['oldest']).total_seconds():.1f} s" if q["oldest"] else "-",
             })
+        conf = settings()
         context = {**admin_site.each_context(request), "title": "Operator dashboard",
                    "rows": rows, "legend": legend(), "now": now,
-                   "retention": {"days": conf.get("RECONCILERS_HISTORY_DAYS"),
-                                 "per_key": conf.get("RECONCILERS_HISTORY_PER_KEY")},
-                   "settings": [(n, conf.get(n)) for n in sorted(conf.DEFAULTS)]}
+                   "retention": {"days": conf.history_days, "per_key": conf.history_per_key},
+                   "settings": conf.table()}
         return TemplateResponse(request, "reconcilers/admin/dashboard.html", context)
 
     return admin_site.admin_view(view)

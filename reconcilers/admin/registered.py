@@ -11,7 +11,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .. import cache, capabilities, manual, resync, validation
-from ..ledger import Key
+from ..vocab import Key
 from ..models import Outcome, RegisteredReconciler, State, WorkItem
 from ..registry import NotRegistered, registry
 from .common import client_ip

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import cache, manual
-from ..ledger import Key
+from ..vocab import Key
 from ..models import AuditLog, ReconcileRecord, State, WorkItem
 from ..registry import NotRegistered, registry
 from .common import (ReadOnlyAdmin, ReconcilerFilter, client_ip, outcome_badge,

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping
 
-from kubernetes import client
-
 from .. import kube
 from .base import Resource
 from .crd import crd
@@ -22,7 +20,7 @@ __all__ = ["apply_crds", "wait_established", "NotEstablished", "FIELD_MANAGER",
 
 FIELD_MANAGER = "django-crd-operator"
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+CRD_PATH = kube.CRDS.path()
 
 
 class NotEstablished(Exception):
@@ -30,18 +28,18 @@ class NotEstablished(Exception):
 
 
 def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
-               api_client: client.ApiClient, *, field_manager: str = FIELD_MANAGER,
+               api_client: kube.ApiClient, *, field_manager: str = FIELD_MANAGER,
                timeout: float = 60.0) -> list[tuple[str, str]]:
     """Apply the CRD of each resource class (or CRD manifest dict) and wait for
     ``Established``; return ``[(crd name, "created" | "updated" | "unchanged"), ...]``.
 
-    API errors propagate as ``ApiException`` (see ``reconcilers.kube.classify``)."""
+    API errors propagate as ``reconcilers.kube.ApiError``."""
     results = []
     for item in resources:
         body = dict(item) if isinstance(item, Mapping) else crd(item)
         name = body["metadata"]["name"]
         before = _get(api_client, name)
-        after = kube.request(api_client, "PATCH", f"{CRD_PATH}/{name}", body,
+        after = kube.request(api_client, "PATCH", kube.CRDS.path(None, name), body,
                              query={"fieldManager": field_manager, "force": "true"},
                              content_type=kube.APPLY_PATCH)
         if before is None:
@@ -57,7 +55,7 @@ def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
     return results
 
 
-def wait_established(api_client: client.ApiClient, name: str, timeout: float) -> None:
+def wait_established(api_client: kube.ApiClient, name: str, timeout: float) -> None:
     """Block until CRD ``name`` is ``Established`` (its resources can be used)."""
     deadline = time.monotonic() + max(timeout, 0)
     while True:
@@ -73,10 +71,5 @@ def wait_established(api_client: client.ApiClient, name: str, timeout: float) ->
         time.sleep(0.1)
 
 
-def _get(api_client: client.ApiClient, name: str) -> dict[str, Any] | None:
-    try:
-        return kube.request(api_client, "GET", f"{CRD_PATH}/{name}")
-    except client.ApiException as exc:
-        if kube.classify(exc).gone:
-            return None
-        raise
+def _get(api_client: kube.ApiClient, name: str) -> dict[str, Any] | None:
+    return kube.get_or_none(api_client, kube.CRDS.path(None, name))

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..vocab import plural as plural_of
 from .fields import Field, Integer, Object, camel_case
 
 if TYPE_CHECKING:
-    from .base import Resource
     from .registry import Registry
+
+# A ``Resource`` subclass. Named by alias, not imported: ``base`` imports this module.
+ResourceClass = type
 
 SCOPES = ("Namespaced", "Cluster")
 # CRDs in these groups are refused unless this annotation says how the API was approved.
@@ -124,7 +127,7 @@ def resolve_path(version: Version, path: str) -> tuple[str, Field | None]:
 
 @dataclass(frozen=True)
 class Options:
-    resource: type[Resource]
+    resource: ResourceClass
     group: str
     kind: str
     plural: str
@@ -162,15 +165,7 @@ class Options:
         return self.version(api_version.rpartition("/")[2])
 
 
-def pluralize(word: str) -> str:
-    if word.endswith("y") and word[-2:-1] not in tuple("aeiou"):
-        return word[:-1] + "ies"
-    if word.endswith(("s", "x", "z", "ch", "sh")):
-        return word + "es"
-    return word + "s"
-
-
-def build_options(resource: type[Resource], meta: type | None,
+def build_options(resource: ResourceClass, meta: type | None,
                   default_registry: Registry) -> Options:
     """Validate a resource's declaration into its ``Options``."""
     def opt(name: str, default: Any = None) -> Any:
@@ -183,7 +178,7 @@ def build_options(resource: type[Resource], meta: type | None,
                                    f"e.g. 'example.com' (got {group!r})")
     kind = getattr(resource, "kind", None) or resource.__name__
     singular = opt("singular") or kind.lower()
-    plural = opt("plural") or pluralize(singular)
+    plural = opt("plural") or plural_of(singular)
     for name in (plural, singular, *opt("short_names", ())):
         if not _DNS_LABEL.match(name):
             raise ImproperlyConfigured(f"{label}: {name!r} must be a lowercase DNS label")
@@ -212,7 +207,7 @@ def build_options(resource: type[Resource], meta: type | None,
     return options
 
 
-def _resolve_versions(resource: type[Resource], label: str,
+def _resolve_versions(resource: ResourceClass, label: str,
                       columns: tuple[PrinterColumn, ...]) -> tuple[Version, ...]:
     declared = getattr(resource, "versions", None)
     single = getattr(resource, "version", None)

@@ -15,7 +15,9 @@ from django.core.exceptions import ImproperlyConfigured
 if TYPE_CHECKING:
     from django.apps import AppConfig
 
-    from .base import Resource
+
+# A ``Resource`` subclass. Named by alias, not imported: ``base`` imports this module.
+ResourceClass = type
 
 __all__ = ["Registry", "default_registry", "autodiscover", "app_of"]
 
@@ -25,9 +27,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_name: dict[str, type[Resource]] = {}
+        self._by_name: dict[str, ResourceClass] = {}
 
-    def register(self, resource: type[Resource]) -> type[Resource]:
+    def register(self, resource: ResourceClass) -> ResourceClass:
         """Add ``resource``; a re-definition of the same class (a module reload) replaces it,
         a different class claiming the same CRD name is an error."""
         name = resource._meta.crd_name
@@ -39,12 +41,12 @@ class Registry:
             self._by_name[name] = resource
         return resource
 
-    def unregister(self, resource: type[Resource]) -> None:
+    def unregister(self, resource: ResourceClass) -> None:
         with self._lock:
             if self._by_name.get(resource._meta.crd_name) is resource:
                 del self._by_name[resource._meta.crd_name]
 
-    def get(self, name: str) -> type[Resource]:
+    def get(self, name: str) -> ResourceClass:
         """The resource declaring CRD ``name`` (``foos.samplecontroller.k8s.io``)."""
         try:
             return self._by_name[name]
@@ -55,7 +57,7 @@ class Registry:
         with self._lock:
             self._by_name.clear()
 
-    def for_apps(self, app_labels: Iterable[str] = ()) -> list[type[Resource]]:
+    def for_apps(self, app_labels: Iterable[str] = ()) -> list[ResourceClass]:
         """Resources declared inside installed apps, only those of ``app_labels`` if given.
 
         Raises ``LookupError`` for a label that is not an installed app."""
@@ -64,7 +66,7 @@ class Registry:
         wanted = {apps.get_app_config(label) for label in app_labels}
         return [r for r in self if app_of(r) is not None and (not wanted or app_of(r) in wanted)]
 
-    def __iter__(self) -> Iterator[type[Resource]]:
+    def __iter__(self) -> Iterator[ResourceClass]:
         with self._lock:
             return iter([self._by_name[name] for name in sorted(self._by_name)])
 
@@ -81,7 +83,7 @@ def _origin(resource: type) -> str:
     return f"{resource.__module__}.{resource.__qualname__}"
 
 
-def app_of(resource: type[Resource]) -> AppConfig | None:
+def app_of(resource: ResourceClass) -> AppConfig | None:
     """The installed app whose package declares ``resource`` (its manifests go there)."""
     from django.apps import apps
 

@@ -191,7 +191,7 @@ def test_an_invalid_object_is_rejected_with_422_naming_the_field(
         kube, namespace, kitchen, case, spec, field, says):
     error = rejection(kube, kitchen, namespace, spec)
     assert error.status == 422, error.body
-    message = kube_module.classify(error).message
+    message = kube_module.ApiError.from_exception(error).message
     assert f"{field}: " in message and says in message, message
 
 
@@ -518,4 +518,4 @@ def test_the_sample_foo_accepts_the_example_and_rejects_what_upstream_let_throug
         api.create_namespaced_custom_object(group, "v1alpha1", namespace, "foos", {
             **example, "metadata": {"name": "bad"}, "spec": spec})
     assert err.value.status == 422
-    assert f"{field}: " in kube_module.classify(err.value).message
+    assert f"{field}: " in kube_module.ApiError.from_exception(err.value).message

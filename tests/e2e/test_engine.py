@@ -250,6 +250,8 @@ def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namesp
                                                                     redis_client):
     """A real 410 Gone from the api-server, handled by the real stream code in-process."""
     from reconcilers import watch
+    from reconcilers.handlers import PRIMARY, Handler
+    from reconcilers.reflector import Gone
     from reconcilers.registry import registry
 
     create(kube, namespace, "stays", value=1)
@@ -257,8 +259,8 @@ def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namesp
     stop = threading.Event()
     enq = watch.Enqueuer(stop)
     cls = registry.get_class(PROBE)
-    (stream,) = watch.build_streams([cls], enq, stop)
-    stream.namespace = namespace
+    stream = watch.Stream(cls.primary(), [Handler(cls, PRIMARY)], enq, stop,
+                          namespace=namespace).reflector
     from reconcilers import kube as kube_mod
 
     api = kube_mod.new_api_client()
@@ -269,7 +271,7 @@ def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namesp
                                                                   PLURAL, "goes")
     patch(kube, namespace, "stays", value=2)
     stream.resource_version = "1"  # long compacted away: the api-server answers 410
-    with pytest.raises(watch.Gone):
+    with pytest.raises(Gone):
         stream.watch(api)
     stream.list(api)
     enq.start()

@@ -6,7 +6,6 @@ Reports ``created``, ``updated`` or ``unchanged`` per CRD; running it twice is s
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from kubernetes.client.exceptions import ApiException
 
 from reconcilers import kube
 from reconcilers.resources import NotEstablished, apply_crds, autodiscover, default_registry
@@ -31,8 +30,8 @@ class Command(BaseCommand):
             raise CommandError("no resources are declared (is the app in INSTALLED_APPS?)")
         try:
             results = apply_crds(resources, kube.api_client(), timeout=timeout)
-        except ApiException as exc:
-            raise CommandError(f"applying CRDs failed: {kube.classify(exc).message}") from exc
+        except kube.ApiError as exc:
+            raise CommandError(f"applying CRDs failed: {exc.message}") from exc
         except NotEstablished as exc:
             raise CommandError(str(exc)) from exc
         for name, outcome in results:

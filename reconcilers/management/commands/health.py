@@ -3,7 +3,7 @@
 ``health web``: GET /healthz of the local gunicorn (``WEB_BIND``, default 127.0.0.1:8000).
 ``health worker``: a Celery control ping to this container's worker node (``--node`` to name it).
 ``health watcher``: the watcher's heartbeat in Redis is fresh (``--pid`` to name the process).
-Used by docker-compose.yml's healthchecks; the checks themselves live in operator_project.health.
+Used by docker-compose.yml's healthchecks; the checks themselves live in reconcilers.health.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from operator_project import health
+from reconcilers import health
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from reconcilers import history
-from reconcilers.ledger import Key
+from reconcilers.vocab import Key, split_object_path
 
 
 class Command(BaseCommand):
@@ -19,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
     def handle(self, *args, reconciler: str, object: str, **options) -> None:
-        namespace, _, name = object.rpartition("/")
+        namespace, name = split_object_path(object)
         if not name:
             raise CommandError("give the object as <namespace>/<name>")
         records = history.for_key(Key(reconciler, namespace, name))

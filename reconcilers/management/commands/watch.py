@@ -8,7 +8,8 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import conf, crds, leader, watch
+from reconcilers import crds, leader, watch
+from reconcilers.conf import settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
 from reconcilers.runner import worker_identity
@@ -42,11 +43,10 @@ class Command(BaseCommand):
         crds.sync_registered(classes, self.stdout)
 
         elector = None
-        if conf.get("RECONCILERS_LEADER_ELECTION"):
-            elector = leader.LeaderElector(
-                identity, str(conf.get("RECONCILERS_LEASE_NAMESPACE")),
-                str(conf.get("RECONCILERS_LEASE_NAME")),
-                int(conf.get("RECONCILERS_LEADER_LEASE_SECONDS")))
+        conf = settings()
+        if conf.leader_election:
+            elector = leader.LeaderElector(identity, conf.lease_namespace, conf.lease_name,
+                                           conf.leader_lease_seconds)
             threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
 
         self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")

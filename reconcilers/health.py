@@ -36,9 +36,11 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
-log = logging.getLogger(__name__)
+from . import kube
+from .cache import get_redis
+from .watch import HEARTBEAT_KEY as WATCHER_HEARTBEAT_KEY
 
-from reconcilers.watch import HEARTBEAT_KEY as WATCHER_HEARTBEAT_KEY  # noqa: E402
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,7 @@ def check_redis(timeout: float) -> None:
 
 
 def check_apiserver(timeout: float) -> None:
-    from kubernetes import client
-
-    from reconcilers import kube
-
-    client.VersionApi(kube.api_client()).get_code(_request_timeout=timeout)
+    kube.version(kube.api_client(), timeout=timeout)
 
 
 READINESS_CHECKS: dict[str, Callable[[float], None]] = {
@@ -202,10 +200,10 @@ def _allowed_host() -> str:
 
 def ping_worker(node: str, timeout: float) -> CheckResult:
     """A control ping to ``node`` alone; only that worker's reply counts."""
-    from operator_project.celery import app
+    from celery import current_app
 
     start = time.monotonic()
-    replies = app.control.ping(destination=[node], timeout=timeout)
+    replies = current_app.control.ping(destination=[node], timeout=timeout)
     if any(node in reply for reply in replies):
         return CheckResult(True, _ms_since(start))
     return CheckResult(False, _ms_since(start), f"no reply from {node} within {timeout}s")
@@ -219,8 +217,6 @@ def watcher_field(pid: int) -> str:
 
 def watcher_heartbeat(pid: int, max_age: float) -> CheckResult:
     """Fresh iff the watcher ``pid`` of this host wrote its heartbeat at most ``max_age`` ago."""
-    from reconcilers.cache import get_redis
-
     start = time.monotonic()
     field = watcher_field(pid)
     beats = [float(v) for _, v in get_redis().hscan_iter(WATCHER_HEARTBEAT_KEY,

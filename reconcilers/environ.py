@@ -1,4 +1,4 @@
-"""Reading 12-factor settings from the environment.
+"""Reading 12-factor settings from the environment (the project's settings and ``conf``).
 
 ``load_env_file`` fills in variables from ``.local/env`` (written by ``make up``) without
 overriding anything already set, so ``python manage.py ...`` works right after ``make up`` while
@@ -25,15 +25,34 @@ def load_env_file(path: Path) -> None:
         os.environ.setdefault(name.strip(), value.strip())
 
 
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def parse_bool(name: str, value: str) -> bool:
+    if value.lower() in _TRUE:
         return True
-    if value.lower() in {"0", "false", "no", "off"}:
+    if value.lower() in _FALSE:
         return False
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use 1/0, true/false)")
+
+
+def parse_int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+
+
+def parse_float(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    return default if value is None or value == "" else parse_bool(name, value)
 
 
 def env_list(name: str, default: str = "") -> list[str]:
@@ -42,22 +61,12 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    return default if value is None or value == "" else parse_int(name, value)
 
 
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+    return default if value is None or value == "" else parse_float(name, value)
 
 
 def parse_database_url(url: str) -> dict:

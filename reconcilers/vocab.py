@@ -1,0 +1,135 @@
+"""Shared words at the bottom: object keys, resources, plurals, the clock.
+
+Every other module imports these; this module imports nothing of the app (and nothing of
+Django or Kubernetes), so it can never be part of an import cycle. Like client-go's
+``cache.MetaNamespaceKeyFunc`` and ``schema.GroupVersionResource``, each idea is defined once:
+
+- ``Key`` - what queues carry: reconciler, namespace, name (never the object). Its text form
+  ``<reconciler>:<namespace>/<name>`` is the one key format of logs, task ids and the admin.
+- ``object_path(namespace, name)`` - ``<namespace>/<name>`` (``<name>`` when cluster-scoped),
+  the object part of a key and the field of the shared cache.
+- ``GVR`` / ``Owns`` / ``plural()`` - a resource, a child resource, and the one plural rule.
+- ``utcnow()`` / ``rfc3339()`` - the one clock, and the timestamp format Kubernetes writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+
+def object_path(namespace: str | None, name: str) -> str:
+    """``<namespace>/<name>``, or ``<name>`` for a cluster-scoped object (client-go's
+    ``MetaNamespaceKeyFunc``)."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def split_object_path(path: str) -> tuple[str, str]:
+    namespace, _, name = path.rpartition("/")
+    return namespace, name
+
+
+class Key(NamedTuple):
+    """An object key: which reconciler, which object. What queues carry, never the object."""
+
+    reconciler: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.reconciler}:{object_path(self.namespace, self.name)}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Key":
+        """The inverse of ``str(key)``; ``<reconciler>:<name>`` is accepted for cluster scope."""
+        reconciler, sep, obj = text.partition(":")
+        if not sep or not reconciler or not obj:
+            raise ValueError(f"malformed key {text!r}; expected <reconciler>:<namespace>/<name>")
+        namespace, name = split_object_path(obj)
+        if not name:
+            raise ValueError(f"malformed key {text!r}: no object name")
+        return cls(reconciler, namespace, name)
+
+
+def plural(kind: str) -> str:
+    """The resource name Kubernetes conventionally gives ``kind``: ``NetworkPolicy`` ->
+    ``networkpolicies``, ``Ingress`` -> ``ingresses``, ``Gateway`` -> ``gateways``.
+
+    Irregular kinds (``Endpoints``) must name their plural explicitly.
+    """
+    word = kind.lower()
+    if word.endswith("y") and word[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return word[:-1] + "ies"
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    return word + "s"
+
+
+@dataclass(frozen=True)
+class GVR:
+    """A watched resource: API group, version, plural, and kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @classmethod
+    def of(cls, api_version: str, kind: str, plural_name: str | None = None,
+           namespaced: bool = True) -> "GVR":
+        """From ``apiVersion`` (``apps/v1``, ``v1``) and kind, with the conventional plural."""
+        group, _, version = api_version.rpartition("/")
+        return cls(group, version, plural_name or plural(kind), kind, namespaced)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def id(self) -> str:
+        """``apps/v1/deployments``; ``core/v1/configmaps`` for the core group."""
+        return f"{self.group or 'core'}/{self.version}/{self.plural}"
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The api-server path of the collection (in ``namespace``), or of one object."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace and self.namespaced:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+@dataclass(frozen=True)
+class Owns:
+    """A child resource the reconciler creates; its events enqueue the controller owner's key.
+
+    ``Owns("apps/v1", "Deployment")``. The plural follows ``plural()`` unless given.
+    """
+
+    api_version: str
+    kind: str
+    plural: str | None = None
+    namespaced: bool = True
+
+    def gvr(self) -> GVR:
+        return GVR.of(self.api_version, self.kind, self.plural, self.namespaced)
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware, in UTC: the one clock of the app outside the database."""
+    return datetime.now(timezone.utc)
+
+
+def rfc3339(t: datetime | None = None, micros: bool = False) -> str:
+    """A Kubernetes timestamp: ``2026-01-02T03:04:05Z`` (``MicroTime`` with ``micros``)."""
+    t = (t or utcnow()).astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micros else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str | None) -> datetime | None:
+    """The inverse of ``rfc3339`` (either precision); ``None`` for an empty value."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

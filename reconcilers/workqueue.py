@@ -1,0 +1,123 @@
+"""The work queue: client-go's WorkQueue, durable in PostgreSQL, delivered by Celery.
+
+The only way work enters, runs and leaves. Each operation pairs one ledger transition
+(``ledger.py``, one SQL statement each) with the messages it implies, sent after the
+surrounding transaction commits:
+
+- ``add(keys, trigger)``   enqueue (dedup; a running key is only marked dirty). Batched.
+- ``claim(key, token)``    a message becomes a run, or is recognised as stale and dropped.
+- ``renew(claim)``         a long run keeps its key.
+- ``done(claim, decision)``the run's ``Decision`` moves the key on: idle, backoff (retry after
+                           the per-key backoff), or queued again (dirty).
+- ``pause(keys)``          pause / resume.
+- ``reap()``               recover lost runs, lost messages and due retries (beat).
+
+Messages go through one sender, registered at start-up (``AppConfig.ready`` registers the
+Celery one), so this module knows nothing of Celery. Every message's task id is derived from
+key and token (``task_id``): one dispatch, one id, whether first try, retry or re-send.
+
+A message that cannot be sent (broker down) is only logged: the ledger already says
+"queued", and the reaper sends it again after ``redispatch_after``, so no key is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable, Sequence
+
+from django.db import transaction
+
+from . import ledger
+from .conf import settings
+from .decision import Decision
+from .ledger import Claim, Dispatch, Reaped
+from .vocab import Key
+
+__all__ = ["Claim", "Dispatch", "Reaped", "add", "claim", "done", "pause", "reap", "renew",
+           "send", "set_sender", "task_id"]
+
+log = logging.getLogger(__name__)
+
+Sender = Callable[[Dispatch, str], None]
+_sender: Sender | None = None
+
+
+def set_sender(sender: Sender | None) -> None:
+    """Install the function that publishes one message: ``sender(dispatch, task_id)``."""
+    global _sender
+    _sender = sender
+
+
+def task_id(key: Key, token: int) -> str:
+    """Derived from key and token, so the same dispatch always has the same task id."""
+    return f"{key}#{token}"
+
+
+def send(dispatches: Sequence[Dispatch]) -> int:
+    """Publish one message per dispatch now; returns how many the broker took."""
+    if dispatches and _sender is None:
+        raise RuntimeError("no message sender is registered: is 'reconcilers' in "
+                           "INSTALLED_APPS (its AppConfig.ready registers one)?")
+    sent = 0
+    for d in dispatches:
+        try:
+            _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
+            sent += 1
+        except Exception as exc:  # broker down: the reaper re-sends from the ledger
+            log.error("could not send %s (token %s): %s; the reaper will retry",
+                      d.key, d.token, exc)
+    return sent
+
+
+def _send_on_commit(dispatches: Sequence[Dispatch]) -> None:
+    """Send once the surrounding transaction commits (at once in autocommit): a message must
+    never announce a state the database may still roll back."""
+    if dispatches:
+        dispatches = list(dispatches)
+        transaction.on_commit(lambda: send(dispatches))
+
+
+def add(keys: Iterable[Key], trigger: str, audit_id: int | None = None) -> int:
+    """The single way keys enter the queue (watcher, resync, admin, commands).
+
+    Returns how many keys needed a new message (the rest were already queued or running).
+    """
+    dispatches = ledger.enqueue(keys, trigger, audit_id, batch=settings().enqueue_batch)
+    _send_on_commit(dispatches)
+    return len(dispatches)
+
+
+def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | None:
+    """The run for message ``(key, token)``, or ``None``: a stale message, drop it."""
+    return ledger.claim(key, token, worker, lease_seconds)
+
+
+def renew(claim_: Claim, lease_seconds: float) -> bool:
+    """Extend a run's lease; False when the key was taken away (the run must stop acting)."""
+    return ledger.renew(claim_, lease_seconds)
+
+
+def done(claim_: Claim, decision: Decision) -> Dispatch | None:
+    """End a run as ``decision`` says; its follow-up message (if any) is sent on commit.
+
+    Call it in the transaction that records the run, so a recorded run is a finished run.
+    """
+    follow_up = ledger.finish(claim_, decision, settings().max_countdown)
+    if follow_up is not None:
+        _send_on_commit([follow_up])
+    return follow_up
+
+
+def pause(keys: Sequence[Key], paused: bool) -> int:
+    """Pause (never claimed until resumed) or resume keys; resuming sends what waited."""
+    dispatches = ledger.set_paused(keys, paused)
+    _send_on_commit(dispatches)
+    return len(dispatches)
+
+
+def reap() -> Reaped:
+    """Recover what crashes and lost messages left behind, and send what is due. The runs it
+    found lost are returned for history to record."""
+    found = ledger.reap(settings().redispatch_after)
+    send(found.dispatches)
+    return found

@@ -1,0 +1,115 @@
+"""The layering rules of docs/architecture.md, checked on the source (imports inside functions
+and under ``TYPE_CHECKING`` included)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "reconcilers"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in APP.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        parts = path.relative_to(APP.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> app modules it imports, module -> top-level packages it imports)."""
+    modules = _modules()
+    inner: dict[str, set[str]] = defaultdict(set)
+    outer: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                candidates = [f"{target}.{a.name}" for a in node.names]
+                hits = [c for c in candidates if c in modules] or (
+                    [target] if target in modules else [])
+                inner[name].update(hits)
+                outer[name].add(target.split(".")[0])
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        inner[name].add(alias.name)
+                    outer[name].add(alias.name.split(".")[0])
+    return inner, outer
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_app_has_no_import_cycle():
+    inner, _ = _imports()
+    assert _cycles(inner) == []
+
+
+def test_the_app_never_imports_the_project():
+    _, outer = _imports()
+    assert sorted(m for m, pkgs in outer.items() if "operator_project" in pkgs) == []
+
+
+def test_only_the_kubernetes_door_imports_the_kubernetes_client():
+    _, outer = _imports()
+    assert sorted(m for m, pkgs in outer.items() if "kubernetes" in pkgs) == ["reconcilers.kube"]
+
+
+def test_the_shared_vocabulary_imports_nothing_of_the_app():
+    inner, outer = _imports()
+    assert inner["reconcilers.vocab"] == set()
+    assert outer["reconcilers.vocab"] <= {"__future__", "dataclasses", "datetime", "typing"}
+
+
+def test_only_the_work_queue_drives_the_ledger():
+    inner, _ = _imports()
+    assert sorted(m for m, deps in inner.items() if "reconcilers.ledger" in deps) == [
+        "reconcilers.workqueue"]
+
+
+def test_the_runner_has_no_celery():
+    _, outer = _imports()
+    assert "celery" not in outer["reconcilers.runner"]
+    assert "celery" not in outer["reconcilers.workqueue"]

@@ -1,0 +1,51 @@
+"""The shared informer cache on the real Redis: sanitised objects, scoped synced markers."""
+
+from __future__ import annotations
+
+from reconcilers import cache
+from reconcilers.vocab import GVR
+
+SECRETS = GVR.of("v1", "Secret")
+FOOS = GVR.of("example.com/v1", "Foo")
+
+
+def foo(ns, name, rv="1", **extra):
+    return {"apiVersion": "example.com/v1", "kind": "Foo",
+            "metadata": {"namespace": ns, "name": name, "resourceVersion": rv, **extra}}
+
+
+def test_objects_are_stored_without_managed_fields_last_applied_or_secret_data(redis_client):
+    cache.put_many(FOOS, [foo("a", "x", managedFields=[{"manager": "kubectl"}], annotations={
+        cache.LAST_APPLIED: "{...}", "keep": "me"})])
+    cache.put_many(SECRETS, [{"kind": "Secret", "metadata": {"namespace": "a", "name": "s"},
+                              "data": {"password": "c2VjcmV0"}, "stringData": {"p": "x"}}])
+    stored = cache.get(FOOS, "a", "x")
+    assert "managedFields" not in stored["metadata"]
+    assert stored["metadata"]["annotations"] == {"keep": "me"}
+    secret = cache.get(SECRETS, "a", "s")
+    assert "data" not in secret and "stringData" not in secret
+    assert b"c2VjcmV0" not in b"".join(redis_client.hvals(f"operator:obj:{SECRETS.id}"))
+
+
+def test_objects_of_one_namespace_are_read_apart_from_the_others(redis_client):
+    cache.put_many(FOOS, [foo("a", "x"), foo("a", "y"), foo("b", "x"), foo("ab", "z")])
+    assert sorted(cache.objects(FOOS, "a")) == ["a/x", "a/y"]
+    assert sorted(cache.objects(FOOS)) == ["a/x", "a/y", "ab/z", "b/x"]
+    cache.delete(FOOS, "a", "x")
+    assert cache.get(FOOS, "a", "x") is None and cache.get(FOOS, "b", "x") is not None
+
+
+def test_a_namespace_is_synced_by_its_own_list_or_by_a_list_of_all(redis_client):
+    assert not cache.is_synced(FOOS, "a")
+    cache.mark_synced(FOOS, "a", "10")
+    assert cache.is_synced(FOOS, "a")
+    assert not cache.is_synced(FOOS, "b")  # a miss in b does not yet mean "deleted"
+    assert not cache.is_synced(FOOS)
+    cache.mark_synced(FOOS, None, "11")
+    assert cache.is_synced(FOOS, "b") and cache.is_synced(FOOS)
+
+
+def test_a_redis_restart_empties_the_markers_too(redis_client):
+    cache.mark_synced(FOOS, None, "11")
+    redis_client.flushdb()
+    assert not cache.is_synced(FOOS, "a")

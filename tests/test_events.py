@@ -1,0 +1,47 @@
+"""Kubernetes Events from reconcilers, on the real api-server and Redis: aggregated, bounded,
+never raised."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconcilers import events, kube
+from reconcilers.vocab import GVR
+
+
+@pytest.fixture
+def configmap(api, namespace):
+    return kube.request(api, "POST", GVR.of("v1", "ConfigMap").path(namespace),
+                        {"metadata": {"name": "involved"}}) | {"apiVersion": "v1",
+                                                                "kind": "ConfigMap"}
+
+
+def _events(api, namespace):
+    return kube.request(api, "GET", kube.EVENTS.path(namespace))["items"]
+
+
+def test_an_event_is_written_about_the_object(api, namespace, configmap, redis_client):
+    events.record(api, configmap, events.WARNING, "Broken", "it broke")
+    (event,) = _events(api, namespace)
+    assert (event["type"], event["reason"], event["message"], event["count"]) == (
+        "Warning", "Broken", "it broke", 1)
+    assert event["involvedObject"]["uid"] == configmap["metadata"]["uid"]
+    assert event["source"]["component"] == events.COMPONENT
+
+
+def test_repeats_are_counted_in_redis_and_written_at_most_once_per_interval(
+        api, namespace, configmap, redis_client):
+    for _ in range(20):
+        events.record(api, configmap, events.WARNING, "Broken", "again")
+    (event,) = _events(api, namespace)
+    assert event["count"] == 1  # 19 repeats cost Redis increments, not API writes
+    redis_client.delete(*redis_client.keys("operator:event-write:*"))  # the interval passes
+    events.record(api, configmap, events.WARNING, "Broken", "again")
+    (event,) = _events(api, namespace)
+    assert event["count"] == 21
+
+
+def test_a_failure_to_record_an_event_is_logged_not_raised(api, configmap, caplog):
+    bad = {**configmap, "metadata": {**configmap["metadata"], "namespace": "no-such-ns-x"}}
+    events.record(api, bad, events.NORMAL, "Fine", "x")  # the namespace does not exist
+    assert "could not record event" in caplog.text

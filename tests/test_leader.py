@@ -1,0 +1,125 @@
+"""Leader election on a real Lease: one leader, standby takes over, no flapping, no trust in
+another host's clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+
+
+from reconcilers import kube, leader
+from reconcilers.vocab import rfc3339, utcnow
+
+
+def elector(api, namespace, identity, lease=3.0):
+    return leader.LeaderElector(identity, namespace, "lease", lease_seconds=lease, api=api)
+
+
+def test_one_candidate_wins_and_the_other_waits(api, namespace):
+    a, b = elector(api, namespace, "a"), elector(api, namespace, "b")
+    a.step()
+    b.step()
+    assert a.is_leader.is_set() and not b.is_leader.is_set()
+    lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+    assert lease["spec"]["holderIdentity"] == "a"
+
+
+def test_a_standby_takes_over_once_the_leader_stops_renewing(api, namespace):
+    a, b = elector(api, namespace, "a"), elector(api, namespace, "b")
+    a.step()
+    b.step()
+    started = time.monotonic()
+    while not b.is_leader.is_set() and time.monotonic() - started < 10:
+        b.step()
+        time.sleep(0.2)
+    assert b.is_leader.is_set()
+    assert time.monotonic() - started >= 3.0 - 0.3  # not before the lease ran out
+
+
+def test_a_clean_release_hands_over_at_once(api, namespace):
+    a, b = elector(api, namespace, "a"), elector(api, namespace, "b")
+    a.step()
+    b.step()
+    a.release()
+    b.step()
+    assert b.is_leader.is_set() and not a.is_leader.is_set()
+
+
+def test_one_failed_renewal_does_not_drop_leadership(api, namespace, monkeypatch):
+    a = elector(api, namespace, "a")
+    a.step()
+    real = kube.request
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise kube.ApiError(500, "InternalError", "etcd blinked")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kube, "request", flaky)
+    a.step()  # fails
+    assert a.is_leader.is_set()
+    a.step()
+    assert a.is_leader.is_set() and calls["n"] > 1
+
+
+def test_the_leader_steps_down_when_renewals_fail_past_the_deadline(api, namespace,
+                                                                    monkeypatch):
+    a = elector(api, namespace, "a")
+    a.step()
+
+    def down(*args, **kwargs):
+        raise kube.ApiError(503, "ServiceUnavailable", "api-server down")
+
+    monkeypatch.setattr(kube, "request", down)
+    deadline = time.monotonic() + a.renew_deadline + 1
+    while a.is_leader.is_set() and time.monotonic() < deadline:
+        a.step()
+        time.sleep(0.1)
+    assert not a.is_leader.is_set()  # before its lease (3 s) could expire for others
+
+
+def test_a_live_holder_with_a_clock_far_behind_keeps_its_lease(api, namespace):
+    """The holder's renewTime is a day old by our clock, but it keeps changing: alive."""
+    stop = threading.Event()
+    kube.request(api, "POST", kube.LEASES.path(namespace), {
+        "metadata": {"name": "lease"},
+        "spec": {"holderIdentity": "skewed", "leaseDurationSeconds": 2,
+                 "renewTime": rfc3339(utcnow() - timedelta(days=1), micros=True)}})
+
+    def renew_with_old_clock():
+        t = utcnow() - timedelta(days=1)
+        while not stop.wait(0.3):
+            t += timedelta(seconds=0.3)
+            lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+            lease["spec"]["renewTime"] = rfc3339(t, micros=True)
+            kube.request(api, "PUT", kube.LEASES.path(namespace, "lease"), lease)
+
+    holder = threading.Thread(target=renew_with_old_clock, daemon=True)
+    holder.start()
+    try:
+        b = elector(api, namespace, "b", lease=2.0)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            b.step()
+            assert not b.is_leader.is_set()
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        holder.join(5)
+
+
+def test_a_dead_holder_with_a_clock_far_ahead_is_replaced(api, namespace):
+    kube.request(api, "POST", kube.LEASES.path(namespace), {
+        "metadata": {"name": "lease"},
+        "spec": {"holderIdentity": "dead", "leaseDurationSeconds": 2,
+                 "renewTime": rfc3339(utcnow() + timedelta(days=1), micros=True)}})
+    b = elector(api, namespace, "b", lease=2.0)
+    end = time.monotonic() + 8
+    while not b.is_leader.is_set() and time.monotonic() < end:
+        b.step()
+        time.sleep(0.2)
+    assert b.is_leader.is_set()

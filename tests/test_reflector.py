@@ -1,0 +1,144 @@
+"""The reflector on the real api-server and Redis: list, watch, relist diffs, scoped caches."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from reconcilers import cache, kube
+from reconcilers.handlers import OWNED, Handler
+from reconcilers.reflector import Gone, Reflector
+from reconcilers.spec import Reconciler
+from reconcilers.vocab import GVR, Key
+
+CONFIGMAPS = GVR.of("v1", "ConfigMap")
+
+
+@pytest.fixture
+def other_namespace(kube) -> str:
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"test": "true"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+class Recorder:
+    def __init__(self):
+        self.changes: list[tuple[str, dict | None, dict | None]] = []
+
+    def __call__(self, trigger, old, new):
+        self.changes.append((trigger, old, new))
+
+    def names(self, trigger: str) -> list[str]:
+        return sorted((new or old)["metadata"]["name"] for t, old, new in self.changes
+                      if t == trigger)
+
+
+def reflector(namespace, sink) -> Reflector:
+    return Reflector(CONFIGMAPS, namespace, sink, threading.Event())
+
+
+def make_cm(api, namespace, name, **meta):
+    return kube.request(api, "POST", CONFIGMAPS.path(namespace),
+                        {"metadata": {"name": name, **meta}, "data": {"v": "1"}})
+
+
+def test_the_first_list_reports_every_object_and_marks_the_scope_synced(api, namespace,
+                                                                        redis_client):
+    make_cm(api, namespace, "one")
+    make_cm(api, namespace, "two")
+    sink = Recorder()
+    reflector(namespace, sink).list(api, initial=True)
+    assert [n for n in sink.names("added") if n != "kube-root-ca.crt"] == ["one", "two"]
+    assert cache.is_synced(CONFIGMAPS, namespace)
+    assert "managedFields" not in cache.get(CONFIGMAPS, namespace, "one")["metadata"]
+
+
+def test_streams_of_two_namespaces_never_wipe_each_others_cache(api, namespace,
+                                                                other_namespace, redis_client):
+    make_cm(api, namespace, "mine")
+    make_cm(api, other_namespace, "theirs")
+    for ns in (namespace, other_namespace):
+        reflector(ns, Recorder()).list(api, initial=True)
+    # A watcher restart: each stream lists its namespace again against the shared cache.
+    sinks = {ns: Recorder() for ns in (namespace, other_namespace)}
+    for ns, sink in sinks.items():
+        reflector(ns, sink).list(api, initial=True)
+    for sink in sinks.values():
+        assert sink.changes == []  # nothing changed, nothing reported, nothing deleted
+    assert cache.get(CONFIGMAPS, namespace, "mine") is not None
+    assert cache.get(CONFIGMAPS, other_namespace, "theirs") is not None
+
+
+def test_a_child_deleted_while_no_watcher_ran_still_names_its_owner(api, namespace,
+                                                                    redis_client):
+    owner = make_cm(api, namespace, "owner")
+    make_cm(api, namespace, "child", ownerReferences=[{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"], "controller": True}])
+    reflector(namespace, Recorder()).list(api, initial=True)
+    kube.request(api, "DELETE", CONFIGMAPS.path(namespace, "child"))
+
+    sink = Recorder()
+    reflector(namespace, sink).list(api, initial=True)  # the watcher comes back
+    ((trigger, old, new),) = sink.changes
+    assert (trigger, new) == ("deleted", None)
+
+    class Owners(Reconciler):
+        version, kind = "v1", "ConfigMap"
+
+    assert Handler(Owners, OWNED).keys_for(old, new) == [Key("configmaps", namespace, "owner")]
+    assert cache.get(CONFIGMAPS, namespace, "child") is None
+
+
+def test_watch_events_update_the_cache_before_they_are_reported(api, namespace, redis_client):
+    seen_in_cache = []
+
+    def sink(trigger, old, new):
+        obj = new or old
+        seen_in_cache.append((trigger, cache.get(CONFIGMAPS, namespace, obj["metadata"]["name"])))
+
+    r = reflector(namespace, sink)
+    r.list(api, initial=True)
+    seen_in_cache.clear()
+    make_cm(api, namespace, "late")
+    kube.request(api, "DELETE", CONFIGMAPS.path(namespace, "late"))
+    def watch_until_aborted():
+        try:
+            r.watch(api)
+        except Exception:
+            assert r.stop_event.is_set()  # only our abort may end it
+
+    thread = threading.Thread(target=watch_until_aborted, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if len(seen_in_cache) >= 2:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        r.abort()
+        thread.join(10)
+    (added, added_obj), (deleted, deleted_obj) = seen_in_cache[:2]
+    assert (added, deleted) == ("added", "deleted")
+    assert added_obj is not None and deleted_obj is None
+
+
+def test_an_expired_resource_version_means_relist_as_event_or_as_http_answer(api, namespace,
+                                                                            monkeypatch):
+    r = reflector(namespace, Recorder())
+    with pytest.raises(Gone):
+        r.handle({"type": "ERROR", "object": {"code": 410, "message": "too old"}})
+
+    def gone(*args, **kwargs):
+        raise kube.ApiError(410, "Expired", "too old resource version")
+
+    monkeypatch.setattr(kube, "request", gone)
+    r.resource_version = "1"
+    with pytest.raises(Gone):
+        r.watch(api)

@@ -1,0 +1,77 @@
+"""Watch streams as the watcher runs them: real api-server, Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from reconcilers import cache, watch
+from reconcilers.models import WatchStream, WorkItem
+from reconcilers.spec import Reconciler
+from reconcilers.vocab import GVR, Owns
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIGMAPS = GVR.of("v1", "ConfigMap")
+
+
+class ConfigMaps(Reconciler):
+    version, kind = "v1", "ConfigMap"
+    owns = [Owns("v1", "Secret")]
+
+
+def test_one_stream_per_resource_and_namespace(settings):
+    settings.RECONCILERS_NAMESPACES = "a, b"
+    streams = watch.build_streams([ConfigMaps], watch.Enqueuer(threading.Event()),
+                                  threading.Event())
+    assert sorted((s.gvr.plural, s.namespace) for s in streams) == [
+        ("configmaps", "a"), ("configmaps", "b"), ("secrets", "a"), ("secrets", "b")]
+
+
+def test_streams_enqueue_keys_and_relist_after_redis_loses_the_cache(
+        kube, namespace, redis_client, settings):
+    from kubernetes import client
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    client.CoreV1Api(kube).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "cm"}})
+    stop, done = threading.Event(), threading.Event()
+    enqueuer = watch.Enqueuer(stop)
+    enqueuer.start()
+    streams = watch.build_streams([ConfigMaps], enqueuer, stop, holder="test")
+    runner = threading.Thread(target=watch.run_streams,
+                              args=(streams, done.is_set, "test-watcher"), daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="cm").exists(),
+                 what="the ConfigMap's key in the ledger")
+        wait_for(lambda: cache.is_synced(CONFIGMAPS, namespace), what="synced")
+        redis_client.flushdb()  # Redis restarted empty
+        wait_for(lambda: cache.get(CONFIGMAPS, namespace, "cm") is not None, timeout=15,
+                 what="the cache refilled by a relist")
+        assert cache.is_synced(CONFIGMAPS, namespace)
+        row = wait_for(lambda: WatchStream.objects.filter(
+            reconciler="configmaps", resource=CONFIGMAPS.id, connected=True).first(),
+            what="the stream's status")
+        assert row.holder == "test"
+    finally:
+        done.set()
+        stop.set()
+        runner.join(20)
+        enqueuer.join(5)
+
+
+def test_the_enqueuer_batches_what_waits(redis_client):
+    from reconcilers.vocab import Key
+
+    stop = threading.Event()
+    enqueuer = watch.Enqueuer(stop)
+    for i in range(500):
+        enqueuer.put(Key("configmaps", "ns", f"cm{i}"), "added")
+    enqueuer.start()
+    wait_for(lambda: WorkItem.objects.count() == 500, what="500 keys")
+    stop.set()
+    enqueuer.join(5)
+    assert enqueuer.batches <= 2

@@ -1,0 +1,93 @@
+"""The work queue pairs each ledger transition with its messages (real PostgreSQL; the sender
+is replaced by a recorder, so these tests see exactly what would be published)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from reconcilers import workqueue
+from reconcilers.decision import Decision
+from reconcilers.models import WorkItem
+from reconcilers.vocab import Key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = Key("probes.test.operator.local", "ns", "a")
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    messages: list[tuple[Key, int, float | None, str]] = []
+    monkeypatch.setattr(workqueue, "_sender",
+                        lambda d, task_id: messages.append((d.key, d.token, d.countdown, task_id)))
+    return messages
+
+
+def test_adding_a_key_sends_one_message_with_the_id_of_key_and_token(sent):
+    assert workqueue.add([KEY, KEY], "added") == 1
+    assert workqueue.add([KEY], "modified") == 0  # already queued: dedup
+    assert sent == [(KEY, 1, None, f"{KEY}#1")]
+
+
+def test_messages_wait_for_the_commit_and_vanish_with_a_rollback(sent):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        workqueue.add([KEY], "added")
+        assert sent == []
+        raise RuntimeError("rolled back")
+    assert sent == [] and not WorkItem.objects.exists()
+    with transaction.atomic():
+        workqueue.add([KEY], "added")
+        assert sent == []
+    assert len(sent) == 1
+
+
+def test_a_failed_run_sends_its_retry_as_a_new_message_with_a_new_id(sent):
+    workqueue.add([KEY], "added")
+    claim = workqueue.claim(KEY, 1, "w", 60)
+    follow = workqueue.done(claim, Decision("error", 1, 0.005, "retry", error_message="boom"))
+    assert sent[-1] == (KEY, follow.token, 0.005, f"{KEY}#{follow.token}")
+    assert follow.token == 2
+
+
+def test_a_success_sends_nothing_unless_an_event_came_meanwhile(sent):
+    workqueue.add([KEY], "added")
+    claim = workqueue.claim(KEY, 1, "w", 60)
+    workqueue.done(claim, Decision("success"))
+    assert len(sent) == 1
+    workqueue.add([KEY], "modified")
+    claim = workqueue.claim(KEY, 2, "w", 60)
+    workqueue.add([KEY], "modified")  # during the run: dirty, no message now
+    assert len(sent) == 2
+    workqueue.done(claim, Decision("success"))
+    assert sent[-1][1] == 3  # the dirty re-run
+
+
+def test_pausing_holds_messages_and_resuming_sends_them(sent):
+    workqueue.add([KEY], "added")
+    workqueue.pause([KEY], True)
+    assert workqueue.claim(KEY, 1, "w", 60) is None
+    assert workqueue.pause([KEY], False) == 1
+    assert sent[-1][1] == 2
+
+
+def test_a_broker_outage_is_logged_and_left_to_the_reaper(monkeypatch, caplog):
+    def down(d, task_id):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(workqueue, "_sender", down)
+    workqueue.add([KEY], "added")
+    assert "the reaper will retry" in caplog.text
+    assert WorkItem.objects.get().state == "queued"  # the ledger still holds the key
+
+
+def test_without_a_sender_sending_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(workqueue, "_sender", None)
+    with pytest.raises(RuntimeError, match="INSTALLED_APPS"):
+        workqueue.send([workqueue.Dispatch(KEY, 1)])
+
+
+def test_the_celery_sender_is_installed_by_the_app():
+    from reconcilers import tasks
+
+    assert workqueue._sender is tasks.publish
