@@ -7,8 +7,6 @@ import threading
 import time
 from datetime import timedelta
 
-
-
 from reconcilers import kube, leader
 from reconcilers.vocab import rfc3339, utcnow
 
