@@ -31,9 +31,9 @@ class Settings:
     backoff_base: float = _s(0.005, "First retry delay in seconds; doubles per consecutive "
                                     "failure of a key (client-go's default 5 ms).")
     backoff_max: float = _s(1000.0, "Longest retry delay in seconds (client-go's 1000 s).")
-    lease_seconds: float = _s(60.0, "A run's hold on its key, renewed every third while it "
-                                    "runs; a dead worker's key is re-queued once it expires "
-                                    "(a reconciler's `timeout` overrides it).")
+    lease_seconds: float = _s(60.0, "Default run deadline in seconds (a reconciler's `timeout` "
+                                    "overrides it): past it the run gets an error and a retry "
+                                    "with backoff; a run that ignores that is ended.")
     max_countdown: float = _s(300.0, "Longest delay sent as a Celery countdown; longer ones "
                                      "wait in the ledger until beat sends them (must be shorter "
                                      "than the broker's visibility timeout; checked at start).")
@@ -121,6 +121,31 @@ def _reset(*, setting: str, **kwargs) -> None:
 
 
 setting_changed.connect(_reset)
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """A run's deadline and what enforces it.
+
+    ``soft``: user code is interrupted (Celery's soft time limit) and the run recorded as an
+    error with backoff. ``hard``: the worker process running it is ended (Celery's time limit).
+    ``lease``: how long the key is held; longer than ``hard``, so the reaper only takes a key
+    whose run can no longer be acting on the cluster.
+    """
+
+    soft: float
+
+    @property
+    def hard(self) -> float:
+        return self.soft + max(2.0, self.soft / 4)
+
+    @property
+    def lease(self) -> float:
+        return self.hard + 2.0
+
+    @classmethod
+    def of(cls, timeout: float | None) -> "RunLimits":
+        return cls(float(timeout or settings().lease_seconds))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import cache, events, kube
 from .results import TemporaryError
@@ -52,9 +52,11 @@ class Context:
 
     def __init__(self, key: Key, obj: dict, *, primary: GVR,
                  watched: Mapping[tuple[str, str], GVR] | None = None,
-                 api: kube.ApiClient | None = None):
+                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None):
         """``watched``: the resources the watcher caches for this reconciler, by
-        ``(apiVersion, kind)``; reads of those come from the shared cache."""
+        ``(apiVersion, kind)``; reads of those come from the shared cache. ``fence`` raises
+        when this run may no longer write (its key's lease ran out)."""
+        self._fence = fence or (lambda: None)
         self.key = key
         self.obj = obj
         self.api = api or kube.api_client()
@@ -63,6 +65,11 @@ class Context:
         self.events: list[dict] = []
         self._watched = dict(watched or {(primary.api_version, primary.kind): primary})
         self._conditions: dict[str, dict] = {}
+
+    def _write(self, method: str, path: str, body: Any, **kwargs) -> dict:
+        """Every write of a run: fenced first, so a run past its lease never acts."""
+        self._fence()
+        return kube.request(self.api, method, path, body, **kwargs)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -102,7 +109,7 @@ class Context:
                             meta.get("namespace"), plural)
         if existing is None:
             try:
-                return kube.request(self.api, "POST", gvr.path(meta.get("namespace")), desired)
+                return self._write("POST", gvr.path(meta.get("namespace")), desired)
             except kube.ApiError as e:
                 if not e.conflict:
                     raise
@@ -117,7 +124,7 @@ class Context:
             return existing
         wanted["metadata"] = {**wanted_meta,
                               "resourceVersion": existing["metadata"]["resourceVersion"]}
-        return kube.request(self.api, "PATCH", gvr.path(meta.get("namespace"), meta["name"]),
+        return self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]),
                             wanted, content_type=kube.MERGE_PATCH)
 
     def _check_owned(self, existing: Mapping, desired: Mapping) -> None:
@@ -161,7 +168,7 @@ class Context:
             return self.obj
         body = {"metadata": {"resourceVersion": self.obj["metadata"]["resourceVersion"]},
                 "status": patch}
-        updated = kube.request(self.api, "PATCH",
+        updated = self._write("PATCH",
                                self.primary.path(self.key.namespace, self.key.name) + "/status",
                                body, content_type=kube.MERGE_PATCH)
         self.obj = updated
@@ -174,6 +181,7 @@ class Context:
         """A Kubernetes Event on the object (``Normal`` or ``Warning``), aggregated so an error
         loop cannot flood the api-server, and kept in this run's history."""
         self.events.append({"type": type_, "reason": reason, "message": message})
+        self._fence()
         events.record(self.api, self.obj, type_, reason, message)
 
     # --- finalizers --------------------------------------------------------------------------
@@ -181,7 +189,7 @@ class Context:
     def _patch_finalizers(self, finalizers: list[str]) -> dict:
         body = {"metadata": {"finalizers": finalizers,
                              "resourceVersion": self.obj["metadata"]["resourceVersion"]}}
-        self.obj = kube.request(self.api, "PATCH",
+        self.obj = self._write("PATCH",
                                 self.primary.path(self.key.namespace, self.key.name), body,
                                 content_type=kube.MERGE_PATCH)
         return self.obj

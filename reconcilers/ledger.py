@@ -9,7 +9,6 @@ clock, so it is atomic across every worker process and host:
                matches: a stale or duplicate message claims nothing and is dropped.
 - ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
                holder of the current token.
-- ``renew``    extend a running item's lease.
 - ``reap``     recover what a crash or a lost message left behind (beat).
 
 A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
@@ -20,11 +19,14 @@ it pairs each transition with the sending of its messages.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
 from django.db import connection, transaction
 
+from .conf import Backoff
 from .decision import Decision
 from .models import State, Trigger, WorkItem
 from .vocab import Key
@@ -40,6 +42,10 @@ class Dispatch(NamedTuple):
     countdown: float | None = None
 
 
+class LeaseLost(Exception):
+    """This run's hold on its key has run out: it must not act on the cluster any more."""
+
+
 @dataclass(frozen=True)
 class Claim:
     """A run's hold on its key: valid while ``token`` is current and the lease holds."""
@@ -50,6 +56,16 @@ class Claim:
     attempts: int
     triggers: list[str]
     audit_ids: list[int]
+    # Local monotonic time (it keeps counting while the process is stopped) a second before
+    # the lease ends in the database: past it the reaper may already have given the key to
+    # another run, so this one must stop writing.
+    held_until: float = math.inf
+
+    def check_held(self) -> None:
+        """Raise ``LeaseLost`` once the lease may have passed (a fence before every write)."""
+        if time.monotonic() >= self.held_until:
+            raise LeaseLost(f"{self.key}: the run outlived its lease; its key may be running "
+                            "elsewhere, so it stops here")
 
 
 def _fetch(cursor) -> list[tuple]:
@@ -61,6 +77,7 @@ WITH input AS (
     SELECT DISTINCT reconciler, namespace, name
     FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
         AS t(reconciler, namespace, name)
+    ORDER BY reconciler, namespace, name  -- rows are locked in one order: no deadlocks
 )
 INSERT INTO {TABLE} AS w (
     reconciler, namespace, name, state, token, dirty, paused, attempts,
@@ -125,6 +142,7 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     The row lock taken by UPDATE serialises concurrent claims: exactly one wins, the others
     see state ``running`` (or a newer token) and match nothing.
     """
+    started = time.monotonic()
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -149,18 +167,7 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     if row is None:
         return None
     return Claim(id=row[0], key=key, token=token, attempts=row[1], triggers=list(row[2]),
-                 audit_ids=list(row[3]))
-
-
-def renew(claim_: Claim, lease_seconds: float) -> bool:
-    """Extend the lease of a long run; False when the key was taken away (lease expired)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {TABLE} SET lease_expires_at = now() + make_interval(secs => %s) "
-            f"WHERE id = %s AND token = %s AND state = 'running'",
-            [lease_seconds, claim_.id, claim_.token],
-        )
-        return cursor.rowcount == 1
+                 audit_ids=list(row[3]), held_until=started + lease_seconds - 1.0)
 
 
 def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch | None:
@@ -223,47 +230,65 @@ class Reaped:
     dispatches: list[Dispatch]
 
 
-def reap(redispatch_after: float) -> Reaped:
+def reap(redispatch_after: float, backoff: Backoff, in_flight: int | None = None) -> Reaped:
     """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
 
-    1. running, lease expired: the worker died mid-run -> queued again (attempts+1).
-    2. queued, its message sent long ago (or never): the message vanished -> send again.
+    1. running, lease expired: the run's worker died (or was ended at its hard deadline) ->
+       backoff, due after the key's next backoff: a reconcile that kills its worker every time
+       is retried ever more slowly, never in a tight loop.
+    2. queued, its message sent long ago (or never): the message may have vanished -> send
+       again. Only when the broker holds fewer messages (``in_flight``) than the ledger
+       expects: a backlog that is merely waiting is never multiplied. ``None``: unknown broker,
+       send again.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
+
+    Rows are locked in id order, as by every other multi-row statement: no deadlocks.
     """
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {TABLE} SET
-                state = 'queued', token = token + 1, attempts = attempts + 1,
+                state = 'backoff', token = token + 1, attempts = attempts + 1,
+                due_at = now() + make_interval(secs => least(
+                    %(base)s * power(2, least(attempts, 60)), %(cap)s)),
                 pending_triggers = running_triggers || pending_triggers || ARRAY['retry']::varchar[],
                 pending_audit = running_audit || pending_audit,
                 running_triggers = '{{}}', running_audit = '{{}}', dirty = false,
-                lease_expires_at = NULL, enqueued_at = now(), dispatched_at = now(),
+                lease_expires_at = NULL, enqueued_at = now(), dispatched_at = NULL,
                 last_outcome = 'error', last_error = 'worker lost: lease expired mid-run (' || worker || ')',
                 last_finished_at = now(), worker = ''
-            WHERE state = 'running' AND lease_expires_at < now() AND NOT paused
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'running' AND lease_expires_at < now()
+                         ORDER BY id FOR UPDATE)
             RETURNING reconciler, namespace, name, token, attempts, pending_triggers
-            """
+            """,
+            {"base": backoff.base, "cap": backoff.cap},
         )
         lost = _fetch(cursor)
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} SET dispatched_at = now()
-            WHERE state = 'queued' AND NOT paused
-              AND (dispatched_at IS NULL
-                   OR dispatched_at < now() - make_interval(secs => %(after)s))
-            RETURNING reconciler, namespace, name, token
-            """,
-            {"after": redispatch_after},
-        )
-        resend = _fetch(cursor)
+        resend: list[tuple] = []
+        if in_flight is None or in_flight < _expected_messages(cursor):
+            cursor.execute(
+                f"""
+                UPDATE {TABLE} SET dispatched_at = now()
+                WHERE id IN (SELECT id FROM {TABLE}
+                             WHERE state = 'queued' AND NOT paused
+                               AND (dispatched_at IS NULL
+                                    OR dispatched_at < now() - make_interval(secs => %(after)s))
+                             ORDER BY id FOR UPDATE)
+                RETURNING reconciler, namespace, name, token
+                """,
+                {"after": redispatch_after},
+            )
+            resend = _fetch(cursor)
         cursor.execute(
             f"""
             UPDATE {TABLE} SET state = 'queued', token = token + 1, due_at = NULL,
                 enqueued_at = now(), dispatched_at = now()
-            WHERE state = 'backoff' AND NOT paused AND due_at <= now()
-              AND (dispatched_at IS NULL
-                   OR due_at < now() - make_interval(secs => %(after)s))
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'backoff' AND NOT paused AND due_at <= now()
+                           AND (dispatched_at IS NULL
+                                OR due_at < now() - make_interval(secs => %(after)s))
+                         ORDER BY id FOR UPDATE)
             RETURNING reconciler, namespace, name, token
             """,
             {"after": redispatch_after},
@@ -271,9 +296,17 @@ def reap(redispatch_after: float) -> Reaped:
         due = _fetch(cursor)
     lost_runs = [(Key(r, ns, n), [t for t in trig if t != "retry"], attempts)
                  for r, ns, n, _token, attempts, trig in lost]
-    dispatches = [Dispatch(Key(r, ns, n), token) for r, ns, n, token, *_ in lost]
-    dispatches += [Dispatch(Key(r, ns, n), token) for r, ns, n, token in resend + due]
+    dispatches = [Dispatch(Key(r, ns, n), token) for r, ns, n, token in resend + due]
     return Reaped(lost_runs, dispatches)
+
+
+def _expected_messages(cursor) -> int:
+    """Messages the broker should hold: one per queued key, one per backoff countdown."""
+    cursor.execute(
+        f"""SELECT count(*) FROM {TABLE}
+            WHERE (state = 'queued' AND NOT paused)
+               OR (state = 'backoff' AND dispatched_at IS NOT NULL)""")
+    return cursor.fetchone()[0]
 
 
 def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
@@ -294,9 +327,12 @@ def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
                 dispatched_at = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
                                   AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
                              THEN now() ELSE w.dispatched_at END
-            FROM unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
-            WHERE w.reconciler = k.r AND w.namespace = k.ns AND w.name = k.n
-              AND w.paused <> %(paused)s
+            WHERE w.id IN (
+                SELECT x.id FROM {TABLE} x
+                JOIN unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
+                  ON x.reconciler = k.r AND x.namespace = k.ns AND x.name = k.n
+                WHERE x.paused <> %(paused)s
+                ORDER BY x.id FOR UPDATE OF x)
             RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now()
             """,
             {"paused": paused, "r": [k.reconciler for k in keys],

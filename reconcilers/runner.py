@@ -2,9 +2,15 @@
 
 ``run()`` is client-go's ``processNextWorkItem`` + ``syncHandler``: claim the key in the work
 queue (or drop a stale message), re-read the object from the cache (404 = gone), call the
-user's ``reconcile`` / ``finalize`` inside exception capture and a renewed lease, let
-``decision.decide`` say what follows, then record the run and end it in the work queue in one
-transaction (which sends the follow-up message, if any, once committed).
+user's ``reconcile`` / ``finalize`` inside exception capture, let ``decision.decide`` say what
+follows, then record the run and end it in the work queue in one transaction (which sends the
+follow-up message, if any, once committed).
+
+A run's deadline (``RunLimits``) bounds it three ways: the worker interrupts user code at the
+soft limit (recorded as an error, retried with backoff), ends the process at the hard limit,
+and the key's lease outlasts both - so the reaper only ever re-queues a key whose run can no
+longer act. Every write ``ctx`` makes first checks the claim is still held (a fence for a run
+whose process was stopped past its lease).
 """
 
 from __future__ import annotations
@@ -12,14 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import close_old_connections, connection, transaction
 
 from . import cache, history, kube, workqueue
-from .conf import settings
+from .conf import RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
 from .workqueue import Claim, Dispatch
@@ -30,6 +35,11 @@ from .spec import Reconciler
 from .vocab import Key, utcnow
 
 log = logging.getLogger(__name__)
+
+
+# Exceptions (``module.QualName``) that mean "the run deadline interrupted user code"; the
+# task layer names its own (Celery's SoftTimeLimitExceeded), so this module needs no Celery.
+deadline_errors: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -55,35 +65,6 @@ class _Seen:
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _LeaseKeeper:
-    """Renews the claim's lease every third of its length while user code runs."""
-
-    def __init__(self, claim: Claim, lease: float):
-        self.claim, self.lease = claim, lease
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"lease:{claim.key}")
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(5)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(self.lease / 3):
-                if not workqueue.renew(self.claim, self.lease):
-                    log.warning("%s: lease lost while running", self.claim.key)
-                    return
-        except Exception:  # a failed renewal only risks a duplicate run after expiry
-            log.exception("%s: lease renewal failed", self.claim.key)
-        finally:
-            connection.close()
 
 
 def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | None:
@@ -133,9 +114,9 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
         cls: type[Reconciler] | None = registry.get_class(key.reconciler)
     except NotRegistered:
         cls = None
-    lease = float((cls and cls.timeout) or conf.lease_seconds)
+    limits = RunLimits.of(cls and cls.timeout)
     close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire stale ones
-    claim = workqueue.claim(key, token, worker, lease)
+    claim = workqueue.claim(key, token, worker, limits.lease)
     if claim is None:
         return RunReport(dropped=True)
 
@@ -151,11 +132,10 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
         if seen.obj is None:
             decision = decide(attempts=claim.attempts, backoff=backoff, decided=Outcome.GONE)
         else:
-            ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api)
+            ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
+                          fence=claim.check_held)
             try:
-                with _LeaseKeeper(claim, lease):
-                    decided, result = _call(registry.get(key.reconciler), cls, seen.obj, ctx,
-                                            seen)
+                decided, result = _call(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
             finally:
                 seen.events, seen.final = ctx.events, ctx.obj
             decision = decide(attempts=claim.attempts, backoff=backoff, result=result,
@@ -163,6 +143,10 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
     except Exception as exc:
         decision = decide(attempts=claim.attempts, backoff=backoff, error=exc)
     duration = time.perf_counter() - t0
+    if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
+        decision = replace(decision, error_message=(
+            f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
+            f"{decision.error_message or decision.error_class}")[:4000])
 
     if decision.outcome in (Outcome.ERROR, Outcome.PERMANENT):
         log.warning("%s: %s after %.1f ms: %s", key, decision.outcome, duration * 1000,

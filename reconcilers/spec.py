@@ -33,7 +33,9 @@ class Reconciler:
         rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
         queue: Celery queue of this reconciler's task (default ``celery``).
         backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
-        timeout: seconds a run may hold its key before its lease is renewed or lost.
+        timeout: the run deadline in seconds (default ``RECONCILERS_LEASE_SECONDS``): past it
+            user code is interrupted and the run recorded as an error with backoff; a run that
+            ignores the interruption has its worker process ended. Runs never overlap.
         capability_level: the Operator SDK level (1-5) this operator claims.
         rbac_rules: extra ClusterRole rules ``manage.py rbac`` adds (e.g. reading Secrets).
     """

@@ -12,17 +12,21 @@ beat's periodic tasks on whichever Celery app the project runs: nothing here nam
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Task, current_app, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 
 from . import history, resync as resyncs, runner, workqueue
-from .conf import settings
+from .conf import RunLimits, settings
 from .registry import NotRegistered, registry
 
 # Publishing must not stall the watcher for long when Redis is down; the reaper covers it.
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
                  "interval_max": 1.0}
+
+log = logging.getLogger(__name__)
 
 _tasks: dict[str, Task] = {}
 
@@ -33,13 +37,16 @@ def task_name(reconciler: str) -> str:
 
 def _make_task(reconciler: str) -> Task:
     try:
-        rate_limit = registry.get_class(reconciler).rate_limit
+        cls = registry.get_class(reconciler)
+        rate_limit, limits = cls.rate_limit, RunLimits.of(cls.timeout)
     except NotRegistered:
-        rate_limit = None
+        rate_limit, limits = None, RunLimits.of(None)
 
+    # The run deadline, enforced by the prefork pool: SoftTimeLimitExceeded is raised in user
+    # code at ``soft``; the child process is ended at ``hard`` (its lease outlasts that).
     @shared_task(name=task_name(reconciler), bind=True, acks_late=True,
                  reject_on_worker_lost=True, ignore_result=True, rate_limit=rate_limit,
-                 typing=False)
+                 soft_time_limit=limits.soft, time_limit=limits.hard, typing=False)
     def reconcile_key(self: Task, key: str, token: int) -> str:
         report = runner.run(key, token, worker=f"{self.request.hostname}:{os.getpid()}",
                             task_id=self.request.id or "")
@@ -57,7 +64,8 @@ def task_for(reconciler: str) -> Task:
 
 
 @shared_task(name="reconcilers.reconcile_unregistered", bind=True, acks_late=True,
-             reject_on_worker_lost=True, ignore_result=True, typing=False)
+             reject_on_worker_lost=True, ignore_result=True, typing=False,
+             soft_time_limit=60, time_limit=90)
 def reconcile_unregistered(self: Task, key: str, token: int) -> str:
     """A key of a reconciler this process does not know (removed from the code, or a typo in
     a manual resync): the runner records it as permanent instead of Celery dropping it as an
@@ -83,7 +91,7 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
 @shared_task(name="reconcilers.reap", ignore_result=True)
 def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
-    found = workqueue.reap()
+    found = workqueue.reap(in_flight=broker_in_flight())
     if found.lost_runs:
         history.record_lost_runs(found.lost_runs)
     return len(found.dispatches)
@@ -98,6 +106,27 @@ def resync() -> int:
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
 def prune_history() -> int:
     return history.prune()
+
+
+def broker_in_flight() -> int | None:
+    """Messages the broker holds: waiting in the reconcilers' queues or delivered and not yet
+    acknowledged. ``None`` when the broker is not Redis (or does not answer)."""
+    app = current_app
+    queues = {app.conf.task_default_queue or "celery"}
+    queues.update(cls.queue for cls in registry if cls.queue)
+    try:
+        with app.connection_for_write() as conn:
+            client = conn.default_channel.client
+            if not hasattr(client, "llen"):
+                return None
+            pipe = client.pipeline()
+            for queue in sorted(queues):
+                pipe.llen(queue)
+            pipe.hlen("unacked")
+            return sum(pipe.execute())
+    except Exception as exc:  # broker down: the reaper falls back to re-sending
+        log.warning("could not count the broker's messages: %s", exc)
+        return None
 
 
 def beat_schedule() -> dict[str, dict]:
@@ -117,5 +146,7 @@ def install() -> None:
     for cls in registry:
         task_for(cls.name())
     workqueue.set_sender(publish)
+    runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
+                               f"{SoftTimeLimitExceeded.__qualname__}")
     app = current_app
     app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}

@@ -6,7 +6,6 @@ surrounding transaction commits:
 
 - ``add(keys, trigger)``   enqueue (dedup; a running key is only marked dirty). Batched.
 - ``claim(key, token)``    a message becomes a run, or is recognised as stale and dropped.
-- ``renew(claim)``         a long run keeps its key.
 - ``done(claim, decision)``the run's ``Decision`` moves the key on: idle, backoff (retry after
                            the per-key backoff), or queued again (dirty).
 - ``pause(keys)``          pause / resume.
@@ -30,10 +29,10 @@ from django.db import transaction
 from . import ledger
 from .conf import settings
 from .decision import Decision
-from .ledger import Claim, Dispatch, Reaped
+from .ledger import Claim, Dispatch, LeaseLost, Reaped
 from .vocab import Key
 
-__all__ = ["Claim", "Dispatch", "Reaped", "add", "claim", "done", "pause", "reap", "renew",
+__all__ = ["Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause", "reap",
            "send", "set_sender", "task_id"]
 
 log = logging.getLogger(__name__)
@@ -92,11 +91,6 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     return ledger.claim(key, token, worker, lease_seconds)
 
 
-def renew(claim_: Claim, lease_seconds: float) -> bool:
-    """Extend a run's lease; False when the key was taken away (the run must stop acting)."""
-    return ledger.renew(claim_, lease_seconds)
-
-
 def done(claim_: Claim, decision: Decision) -> Dispatch | None:
     """End a run as ``decision`` says; its follow-up message (if any) is sent on commit.
 
@@ -115,9 +109,11 @@ def pause(keys: Sequence[Key], paused: bool) -> int:
     return len(dispatches)
 
 
-def reap() -> Reaped:
+def reap(in_flight: int | None = None) -> Reaped:
     """Recover what crashes and lost messages left behind, and send what is due. The runs it
-    found lost are returned for history to record."""
-    found = ledger.reap(settings().redispatch_after)
+    found lost are returned for history to record. ``in_flight``: messages the broker holds
+    now, if the sender can tell (see ``ledger.reap``)."""
+    conf = settings()
+    found = ledger.reap(conf.redispatch_after, conf.backoff(), in_flight)
     send(found.dispatches)
     return found

@@ -238,7 +238,8 @@ def probe_crds(kube):
 
     for path in sorted((REPO / "tests" / "operatorapp" / "crds").glob("*.yaml")):
         crds.apply_manifest(kube, path)
-    return ["probes.test.operator.local", "probes.finalizing.operator.local"]
+    return ["probes.test.operator.local", "probes.finalizing.operator.local",
+            "probes.deadline.operator.local"]
 
 
 @dataclass

@@ -23,6 +23,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 R = "probes.test.operator.local"
 LEASE = 30.0
+QUICK = Backoff(0.05, 0.4)  # lost runs' backoff in these tests
+
+
+def reap(in_flight: int | None = None) -> ledger.Reaped:
+    return ledger.reap(redispatch_after=60, backoff=QUICK, in_flight=in_flight)
 
 
 def key(name: str, ns: str = "ns") -> Key:
@@ -127,41 +132,89 @@ def test_a_new_event_during_backoff_is_processed_without_waiting():
 def test_delays_beyond_the_countdown_limit_wait_in_the_ledger_for_the_reaper():
     (d,) = ledger.enqueue([key("a")], "added")
     assert process(key("a"), d.token, "error", 1, delay=0.3, max_countdown=0.1) is None
-    assert ledger.reap(redispatch_after=60).dispatches == []  # not due yet
+    assert reap().dispatches == []  # not due yet
     time.sleep(0.4)
-    (due,) = ledger.reap(redispatch_after=60).dispatches
+    (due,) = reap().dispatches
     assert ledger.claim(key("a"), due.token, "w", LEASE) is not None
 
 
-def test_a_run_whose_worker_died_is_requeued_when_its_lease_expires():
+def test_a_run_whose_worker_died_is_retried_after_backoff_when_its_lease_expires():
     (d,) = ledger.enqueue([key("a")], "added")
     assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.2) is not None
-    assert ledger.reap(redispatch_after=60).lost_runs == []
+    assert reap().lost_runs == []
     time.sleep(0.3)
-    reaped = ledger.reap(redispatch_after=60)
+    reaped = reap()
     assert [k for k, _, _ in reaped.lost_runs] == [key("a")]
-    (again,) = reaped.dispatches
+    assert reaped.dispatches == []  # not at once: after the key's backoff
+    assert item(key("a")).state == "backoff"
+    time.sleep(QUICK.delay(1) + 0.05)
+    (again,) = reap().dispatches
     claim = ledger.claim(key("a"), again.token, "w", LEASE)
     assert claim.attempts == 1
     assert "added" in claim.triggers and "retry" in claim.triggers
+
+
+def test_a_key_that_keeps_losing_its_worker_backs_off_ever_longer():
+    (d,) = ledger.enqueue([key("a")], "added")
+    token, delays = d.token, []
+    for _ in range(4):
+        assert ledger.claim(key("a"), token, "doomed", lease_seconds=0.05) is not None
+        time.sleep(0.1)
+        reap()
+        row = item(key("a"))
+        delays.append((row.due_at - row.last_finished_at).total_seconds())
+        time.sleep(row.due_at.timestamp() - time.time() + 0.02)
+        (again,) = reap().dispatches
+        token = again.token
+    assert delays == pytest.approx([0.05, 0.1, 0.2, 0.4], abs=0.01)  # capped at QUICK.cap
+
+
+def test_a_paused_key_whose_worker_died_is_not_left_running():
+    (d,) = ledger.enqueue([key("a")], "added")
+    assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.05) is not None
+    ledger.set_paused([key("a")], True)
+    time.sleep(0.1)
+    assert [k for k, _, _ in reap().lost_runs] == [key("a")]
+    assert item(key("a")).state == "backoff"
 
 
 def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
     (d,) = ledger.enqueue([key("a")], "added")
     slow = ledger.claim(key("a"), d.token, "slow", lease_seconds=0.1)
     time.sleep(0.2)
-    (again,) = ledger.reap(redispatch_after=60).dispatches
+    reap()
+    (again,) = ledger.enqueue([key("a")], "modified")  # an event: no need to wait the backoff
     fresh = ledger.claim(key("a"), again.token, "fresh", LEASE)
     assert ledger.finish(slow, Decision("success", 0), 300) is None
     assert item(key("a")).state == "running" and item(key("a")).worker == "fresh"
     ledger.finish(fresh, Decision("success", 0), 300)
 
 
+def test_a_claim_knows_locally_when_its_lease_may_be_gone():
+    (d,) = ledger.enqueue([key("a")], "added")
+    claim = ledger.claim(key("a"), d.token, "w", lease_seconds=1.2)
+    claim.check_held()
+    time.sleep(0.3)
+    with pytest.raises(ledger.LeaseLost):
+        claim.check_held()  # one second of safety before the database's expiry
+
+
+def test_a_waiting_backlog_is_not_sent_again_while_the_broker_holds_its_messages():
+    keys = [key(f"k{i}") for i in range(50)]
+    ledger.enqueue(keys, "added")
+    WorkItem.objects.update(dispatched_at=WorkItem.objects.first().dispatched_at.replace(
+        year=2000))  # waiting for ages, behind a long backlog
+    assert reap(in_flight=50).dispatches == []
+    assert reap(in_flight=60).dispatches == []  # stale extras in the broker are fine too
+    assert len(reap(in_flight=0).dispatches) == 50  # Redis restarted empty: send all again
+    assert reap(in_flight=0).dispatches == []  # once per redispatch interval, not per pass
+
+
 def test_a_queued_key_whose_message_vanished_is_sent_again():
     (d,) = ledger.enqueue([key("a")], "added")
-    assert ledger.reap(redispatch_after=60).dispatches == []
+    assert reap().dispatches == []
     WorkItem.objects.update(dispatched_at=None)  # as if the broker lost the message
-    (again,) = ledger.reap(redispatch_after=60).dispatches
+    (again,) = reap().dispatches
     assert again.token == d.token  # same token: whichever copy arrives first runs, once
 
 

@@ -67,3 +67,19 @@ def test_every_retry_is_a_new_message_with_the_id_of_its_token(operator, kube):
     assert len(set(ids)) == 3, ids  # a retry is never the old task id again
     tokens = [int(i.rpartition("#")[2]) for i in ids]
     assert ids == [f"{key}#{t}" for t in tokens] and tokens == sorted(tokens)
+
+
+def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
+    from reconcilers import tasks
+    from reconcilers.models import WorkItem
+
+    keys = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(30)]
+    workqueue.add(keys, "manual")  # 30 messages wait in Redis: no worker runs
+    assert tasks.broker_in_flight() == 30
+    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")  # waiting for ages
+    assert tasks.reap() == 0  # a backlog, not a loss: nothing is multiplied
+    redis_client.flushdb()  # Redis restarted empty
+    assert tasks.reap() == 30
+    assert tasks.broker_in_flight() == 30
+    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
+    assert tasks.reap() == 0

@@ -63,3 +63,23 @@ class FinalizingProbeReconciler(ProbeReconciler):
     def finalize(self, obj: dict, ctx):
         _count(obj, "finalized")
         get_redis().rpush("probe:finalized", obj["metadata"]["name"])
+
+
+@register
+class DeadlineProbeReconciler(ProbeReconciler):
+    """The probe with a 2-second run deadline. ``spec.stubborn`` swallows the interruption at
+    the deadline and keeps going, as user code with a bare ``except`` would."""
+
+    group = "deadline.operator.local"
+    timeout = 2
+
+    def reconcile(self, obj: dict, ctx):
+        get_redis().rpush(f"probe:started:{obj['metadata']['name']}", time.time())
+        if (obj.get("spec") or {}).get("stubborn"):
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                try:
+                    time.sleep(0.1)
+                except BaseException:  # noqa: BLE001 - the point: it ignores the deadline
+                    pass
+        return super().reconcile(obj, ctx)

@@ -1,0 +1,63 @@
+"""Faults inside a run, on real worker processes: a reconcile that hangs past its deadline, one
+that ignores the deadline, a lost worker. The key is never held for ever, never run twice at
+once, and every run leaves a record."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconcilers.models import ReconcileRecord, WorkItem
+from tests.e2e.test_engine import assert_no_overlapping_runs, converged, create, patch
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+DEADLINE = "probes.deadline.operator.local"
+GROUP = "deadline.operator.local"
+
+
+def records(name: str):
+    return list(ReconcileRecord.objects.filter(reconciler=DEADLINE, name=name).order_by("id"))
+
+
+def test_a_reconcile_hanging_past_its_deadline_is_an_error_retried_with_backoff(
+        kube, operator):
+    operator.start_watcher(DEADLINE)
+    worker = operator.start_worker()
+    create(kube, operator.namespace, "hangs", group=GROUP, value=1, sleep=30)
+
+    first = wait_for(lambda: records("hangs"), 30, "the hung run's record")[0]
+    assert first.outcome == "error"
+    assert first.error_message.startswith("run deadline of 2s exceeded")
+    assert 1.5 <= first.duration_ms / 1000 < 4  # interrupted at the soft limit, not the hard
+    item = WorkItem.objects.get(reconciler=DEADLINE, name="hangs")
+    assert item.state != "running" or item.token > 1  # the key was let go
+
+    patch(kube, operator.namespace, "hangs", group=GROUP, sleep=0)
+    wait_for(lambda: converged(kube, operator.namespace, ["hangs"], GROUP), 60,
+             "convergence once it no longer hangs")
+    assert worker.popen.poll() is None
+    assert_no_overlapping_runs(DEADLINE)
+
+
+def test_a_reconcile_ignoring_its_deadline_is_ended_and_its_key_freed(kube, operator,
+                                                                      redis_client):
+    operator.start_watcher(DEADLINE)
+    worker = operator.start_worker()
+    operator.start_beat(operator.schedule)
+    create(kube, operator.namespace, "stubborn", group=GROUP, value=1, stubborn=True)
+
+    lost = wait_for(lambda: [r for r in records("stubborn") if r.error_class == "WorkerLost"],
+                    60, "the reaper's record of the ended run")
+    assert lost[0].outcome == "error"
+    starts = wait_for(lambda: [float(t) for t in redis_client.lrange(
+        "probe:started:stubborn", 0, -1)] if redis_client.llen("probe:started:stubborn") >= 2
+        else None, 60, "the key to run again")
+    # Not in a tight loop, and never while the ended run could still act: its hard limit
+    # (4 s) passed, then its lease (6 s), before the next run started.
+    assert starts[1] - starts[0] >= 6
+
+    patch(kube, operator.namespace, "stubborn", group=GROUP, stubborn=False)
+    wait_for(lambda: converged(kube, operator.namespace, ["stubborn"], GROUP), 90,
+             "convergence once it respects its deadline")
+    assert worker.popen.poll() is None  # Celery replaced the ended pool process
