@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import redis
@@ -94,8 +95,18 @@ def objects(gvr: GVR, namespace: str | None = None) -> dict[str, dict]:
             for k, v in get_redis().hscan_iter(_objects_key(gvr), match=match, count=1000)}
 
 
+# A synced marker lives this long unless its watcher keeps it (``keep_synced``): with no
+# watcher running, the cache stops being trusted and readers go to the api-server.
+SYNCED_TTL = 60
+
+
 def mark_synced(gvr: GVR, namespace: str | None, resource_version: str) -> None:
-    get_redis().set(_synced_key(gvr, namespace), resource_version)
+    get_redis().set(_synced_key(gvr, namespace), resource_version, ex=SYNCED_TTL)
+
+
+def keep_synced(gvr: GVR, namespace: str | None) -> bool:
+    """Extend the marker; False when it is gone (Redis lost the cache): relist."""
+    return bool(get_redis().expire(_synced_key(gvr, namespace), SYNCED_TTL))
 
 
 def is_synced(gvr: GVR, namespace: str | None = None) -> bool:
@@ -105,3 +116,60 @@ def is_synced(gvr: GVR, namespace: str | None = None) -> bool:
     if namespace:
         keys.append(_synced_key(gvr, namespace))
     return bool(get_redis().exists(*keys))
+
+
+# --- the journal of changes not yet in the work queue -------------------------------------
+#
+# The watcher writes an object to the cache *before* its key reaches the ledger. A watcher that
+# dies in between would lose the change: after a restart the relist finds the cache already up
+# to date. So every change is also journalled, in the same MULTI as the cache write, and
+# cleared only once its keys are in the ledger; a new leader replays what is left.
+
+_PENDING = "operator:pending"
+_CLEAR_IF_SAME = """
+for i = 1, #KEYS do
+  local raw = redis.call('HGET', ARGV[1], KEYS[i])
+  if raw and cjson.decode(raw)['t'] == ARGV[i + 1] then redis.call('HDEL', ARGV[1], KEYS[i]) end
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A journalled change: enough to route it again (its object, or its last state if it was
+    deleted) and the token that clears exactly this entry, not a newer one of the object."""
+
+    resource: str  # GVR.id
+    path: str
+    obj: dict
+    deleted: bool
+    token: str
+
+    @property
+    def field(self) -> str:
+        return f"{self.resource}|{self.path}"
+
+
+def journal(change: Change, pipe: redis.client.Pipeline) -> None:
+    pipe.hset(_PENDING, change.field, json.dumps(
+        {"t": change.token, "d": change.deleted, "o": sanitize(change.obj)},
+        separators=(",", ":")))
+
+
+def clear_journal(changes: Iterable[Change]) -> None:
+    """Forget changes whose keys are in the ledger (unless the object changed again since)."""
+    changes = list(changes)
+    for start in range(0, len(changes), 500):
+        chunk = changes[start:start + 500]
+        get_redis().eval(_CLEAR_IF_SAME, len(chunk), *[c.field for c in chunk], _PENDING,
+                         *[c.token for c in chunk])
+
+
+def journalled() -> list[Change]:
+    out = []
+    for raw_field, raw in get_redis().hscan_iter(_PENDING, count=1000):
+        resource, _, path = raw_field.decode().partition("|")
+        entry = json.loads(raw)
+        out.append(Change(resource, path, entry["o"], entry["d"], entry["t"]))
+    return out

@@ -9,7 +9,7 @@ stream for each change the reflector reports and hands the keys on. Pure mapping
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .models import Trigger
 from .spec import Reconciler
@@ -47,14 +47,21 @@ class Handler:
 
 
 class Router:
-    """Maps each change to keys through every handler; ``skipped`` counts predicate drops."""
+    """Maps each change to keys through every handler; ``skipped`` counts predicate drops.
 
-    def __init__(self, handlers: Sequence[Handler], put: Callable[[Key, str], None]):
+    ``put(key, trigger)`` receives the keys; ``done(change)`` follows them, so whoever
+    receives both in order knows when every key of a journalled change has been handed on.
+    """
+
+    def __init__(self, handlers: Sequence[Handler], put: Callable[[Key, str], None],
+                 done: Callable[[Any], None] = lambda change: None):
         self.handlers = list(handlers)
         self.put = put
+        self.done = done
         self.skipped = 0
 
-    def __call__(self, trigger: str, old: dict | None, new: dict | None) -> None:
+    def __call__(self, trigger: str, old: dict | None, new: dict | None,
+                 change: Any = None) -> None:
         for handler in self.handlers:
             if handler.role == OWNED:
                 trig = Trigger.OWNED
@@ -65,3 +72,5 @@ class Router:
                 trig = trigger
             for key in handler.keys_for(old, new):
                 self.put(key, trig)
+        if change is not None:
+            self.done(change)

@@ -72,8 +72,12 @@ def check_database(timeout: float) -> None:
     from django.db import connections
 
     conn = connections["default"]
+    # Bounded like the other checks: a black-holed database must not hang the probe.
+    conn.settings_dict = {**conn.settings_dict, "OPTIONS": {
+        **conn.settings_dict.get("OPTIONS", {}), "connect_timeout": max(1, int(timeout))}}
     try:
         with conn.cursor() as cursor:
+            cursor.execute("SET statement_timeout = %s", [int(timeout * 1000)])
             cursor.execute("SELECT 1")
     finally:
         conn.close()

@@ -300,6 +300,25 @@ def reap(redispatch_after: float, backoff: Backoff, in_flight: int | None = None
     return Reaped(lost_runs, dispatches)
 
 
+def forget_gone(older_than: float) -> int:
+    """Delete the rows of objects that are gone: idle, last run ``gone``, nothing waiting,
+    for ``older_than`` seconds. Their history stays; a new object of that name starts a new
+    row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM {TABLE} WHERE id IN (
+                SELECT id FROM {TABLE}
+                WHERE state = 'idle' AND last_outcome = 'gone' AND NOT paused
+                  AND cardinality(pending_triggers) = 0
+                  AND last_finished_at < now() - make_interval(secs => %s)
+                ORDER BY id FOR UPDATE SKIP LOCKED)
+            """,
+            [older_than],
+        )
+        return cursor.rowcount
+
+
 def _expected_messages(cursor) -> int:
     """Messages the broker should hold: one per queued key, one per backoff countdown."""
     cursor.execute(

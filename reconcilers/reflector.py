@@ -5,8 +5,10 @@ bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as the HTTP
 relist that reports what changed or vanished meanwhile; on any other error a reconnect with
 capped exponential backoff (0.8 s -> 30 s, jittered). It never exits on a transient error.
 
-Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new)``),
-so whoever runs the key reads this version or a newer one. What to do with a change is the
+Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new,
+change)``), so whoever runs the key reads this version or a newer one; in the same Redis
+transaction it is journalled (``cache.journal``), so a watcher that dies before the keys reach
+the ledger loses nothing: the next leader replays the journal. What to do with a change is the
 handlers' business (``handlers.py``), not the reflector's.
 
 Only the reflector's own thread touches ``known`` and ``resource_version``; other threads ask
@@ -19,6 +21,7 @@ import json
 import logging
 import random
 import threading
+import uuid
 from typing import Callable, Iterator
 
 from . import cache, kube
@@ -28,7 +31,9 @@ from .vocab import GVR, object_path, split_object_path
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[str, "dict | None", "dict | None"], None]
+# deliver(trigger, old, new, change): ``change`` is the journal entry to clear once the
+# change's keys are in the ledger.
+Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
 
 
 class Gone(Exception):
@@ -50,6 +55,8 @@ class Reflector:
         self.known: dict[str, dict] = {}
         self.resource_version = ""
         self._resp = None
+        self._run_id = uuid.uuid4().hex[:12]  # makes each journal token unique
+        self._changes = 0
 
     def abort(self) -> None:
         """Stop now: set the stop flag and close the open watch connection."""
@@ -105,11 +112,21 @@ class Reflector:
         token = ""
         page = settings().list_page_size
         while True:
-            query = {"limit": page}
+            query: dict = {"limit": page} if page else {}
             if token:
                 query["continue"] = token
-            body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                                timeout=(10, 120))
+            try:
+                body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
+                                    timeout=(10, 120))
+            except kube.ApiError as exc:
+                if exc.status != 410 or not token:
+                    raise
+                # The continue token expired mid-list (a very slow list): start again in one
+                # unpaginated request, as client-go's pager does, rather than for ever.
+                log.info("%s: list continuation expired; listing in one request", self.gvr.id)
+                seen.clear()
+                token, page = "", 0
+                continue
             for obj in body.get("items") or []:
                 obj.setdefault("apiVersion", self.gvr.api_version)
                 obj.setdefault("kind", self.gvr.kind)
@@ -127,18 +144,21 @@ class Reflector:
         else:
             previous = self.known
         vanished = set(previous) - set(seen)
-        pipe = cache.get_redis().pipeline(transaction=False)
+        changes = [(Trigger.ADDED if previous.get(path) is None else Trigger.RELIST,
+                    previous.get(path), obj, self._change(path, obj, False))
+                   for path, obj in seen.items() if _rv(previous.get(path)) != _rv(obj)]
+        changes += [(Trigger.DELETED, previous[path], None,
+                     self._change(path, previous[path], True)) for path in vanished]
+        pipe = cache.get_redis().pipeline(transaction=True)
         cache.put_many(self.gvr, seen.values(), pipe)
         for path in vanished:
             ns, name = split_object_path(path)
             cache.delete(self.gvr, ns or None, name, pipe)
+        for *_, change in changes:
+            cache.journal(change, pipe)
         pipe.execute()
-        for path, obj in seen.items():
-            old = previous.get(path)
-            if _rv(old) != _rv(obj):
-                self.deliver(Trigger.ADDED if old is None else Trigger.RELIST, old, obj)
-        for path in vanished:
-            self.deliver(Trigger.DELETED, previous[path], None)
+        for trigger, old, new, change in changes:
+            self.deliver(trigger, old, new, change)
         self.known = seen
         self.resource_version = rv
         cache.mark_synced(self.gvr, self.namespace, rv)
@@ -182,17 +202,30 @@ class Reflector:
         meta = obj["metadata"]
         path = object_path(meta.get("namespace"), meta["name"])
         old = self.known.get(path)
+        pipe = cache.get_redis().pipeline(transaction=True)
         if kind == "DELETED":
-            cache.delete(self.gvr, meta.get("namespace"), meta["name"])
+            gone = old or cache.sanitize(obj)
+            change = self._change(path, gone, True)
+            cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
+            cache.journal(change, pipe)
+            pipe.execute()
             self.known.pop(path, None)
-            self.deliver(Trigger.DELETED, old or cache.sanitize(obj), None)
+            self.deliver(Trigger.DELETED, gone, None, change)
         else:
             new = cache.sanitize(obj)
-            cache.put_many(self.gvr, [new])
+            change = self._change(path, new, False)
+            cache.put_many(self.gvr, [new], pipe)
+            cache.journal(change, pipe)
+            pipe.execute()
             self.known[path] = new
-            self.deliver(Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED, old, new)
+            self.deliver(Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED, old, new,
+                         change)
         self.resource_version = rv or self.resource_version
         self._note("event")
+
+    def _change(self, path: str, obj: dict, deleted: bool) -> cache.Change:
+        self._changes += 1
+        return cache.Change(self.gvr.id, path, obj, deleted, f"{self._run_id}:{self._changes}")
 
     def _note(self, what: str, error: str = "") -> None:
         if self.status is not None:

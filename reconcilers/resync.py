@@ -59,7 +59,11 @@ def resync_due() -> int:
     for cls in registry:
         name = cls.name()
         period = period_of(name)
-        if period > 0 and r.set(f"operator:resync:{name}", time.time(), nx=True,
-                                ex=max(1, int(period))):
-            total += resync(name, trigger=Trigger.RESYNC)
+        marker = f"operator:resync:{name}"
+        if period > 0 and r.set(marker, time.time(), nx=True, ex=max(1, int(period))):
+            try:
+                total += resync(name, trigger=Trigger.RESYNC)
+            except Exception:
+                r.delete(marker)  # not done: the next beat tries again, not a period later
+                raise
     return total

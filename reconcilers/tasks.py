@@ -105,7 +105,8 @@ def resync() -> int:
 
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
 def prune_history() -> int:
-    return history.prune()
+    """Beat: history retention, and the ledger rows of objects long gone."""
+    return history.prune() + workqueue.forget_gone()
 
 
 def broker_in_flight() -> int | None:

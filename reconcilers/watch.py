@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from typing import Callable
+from typing import Any, Callable
 
 from django.db import close_old_connections, connection
 from django.utils import timezone
@@ -26,10 +26,10 @@ from django.utils import timezone
 from . import cache, workqueue
 from .conf import settings
 from .handlers import OWNED, PRIMARY, Handler, Router
-from .models import WatchStream
+from .models import Trigger, WatchStream
 from .reflector import Reflector
 from .spec import Reconciler
-from .vocab import GVR, Key
+from .vocab import GVR, Key, split_object_path
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +37,21 @@ HEARTBEAT_KEY = "operator:heartbeat:watcher"
 
 
 class Enqueuer(threading.Thread):
-    """Drains (key, trigger) pairs into batched work-queue adds, one per trigger."""
+    """Drains keys into batched work-queue adds (one per trigger), then clears the journal
+    entries of the changes those keys came from (``cache.journal``)."""
 
     def __init__(self, stop: threading.Event):
         super().__init__(daemon=True, name="enqueuer")
-        self.queue: queue.Queue[tuple[Key, str]] = queue.Queue()
+        # (key, trigger), or (None, change): a change all of whose keys were put before it.
+        self.queue: queue.Queue[tuple[Key | None, Any]] = queue.Queue()
         self.stop_event = stop
         self.batches = 0
 
     def put(self, key: Key, trigger: str) -> None:
         self.queue.put((key, trigger))
+
+    def done(self, change: cache.Change) -> None:
+        self.queue.put((None, change))
 
     def run(self) -> None:
         try:
@@ -61,18 +66,25 @@ class Enqueuer(threading.Thread):
             except queue.Empty:
                 continue
             pending: dict[str, list[Key]] = defaultdict(list)
-            pending[first[1]].append(first[0])
+            changes: list[cache.Change] = []
+            item: tuple[Key | None, Any] | None = first
             for _ in range(10_000):
+                key, value = item
+                if key is None:
+                    changes.append(value)
+                else:
+                    pending[value].append(key)
                 try:
-                    key, trigger = self.queue.get_nowait()
+                    item = self.queue.get_nowait()
                 except queue.Empty:
                     break
-                pending[trigger].append(key)
-            self._flush(pending)
+            if self._flush(pending) and changes:
+                self._clear(changes)
 
-    def _flush(self, pending: dict[str, list[Key]]) -> None:
+    def _flush(self, pending: dict[str, list[Key]]) -> bool:
         """Enqueue, retrying while the database is down: the keys are already in the cache,
-        so a relist would not find them changed - dropping them would lose work."""
+        so a relist would not find them changed. Gives up only when stopping (the journal
+        still holds the changes, for the next leader)."""
         for trigger, keys in pending.items():
             attempt = 0
             while True:
@@ -85,9 +97,16 @@ class Enqueuer(threading.Thread):
                     attempt += 1
                     log.error("enqueue of %d keys failed (%s); retry %d", len(keys), exc, attempt)
                     if self.stop_event.wait(min(0.5 * 2 ** attempt, 10)) and attempt > 3:
-                        log.error("stopping with %d keys not enqueued; the periodic resync "
-                                  "will pick them up", len(keys))
-                        return
+                        log.error("stopping with %d keys not enqueued; the journal keeps their "
+                                  "changes for the next leader", len(keys))
+                        return False
+        return True
+
+    def _clear(self, changes: list[cache.Change]) -> None:
+        try:
+            cache.clear_journal(changes)
+        except Exception as exc:  # kept entries are replayed later: a duplicate, not a loss
+            log.warning("could not clear %d journal entries: %s", len(changes), exc)
 
     def drain(self, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
@@ -166,7 +185,7 @@ class Stream:
     def __init__(self, gvr: GVR, handlers: list[Handler], enqueuer: Enqueuer,
                  stop: threading.Event, namespace: str | None = None, holder: str = ""):
         self.gvr, self.namespace = gvr, namespace
-        self.router = Router(handlers, enqueuer.put)
+        self.router = Router(handlers, enqueuer.put, enqueuer.done)
         self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
         self.reflector = Reflector(gvr, namespace, self.router, stop, self.status)
 
@@ -194,6 +213,30 @@ def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
             for ns in (namespaces if gvr.namespaced else [None])]
 
 
+def replay_journal(streams: list[Stream]) -> int:
+    """Route again every change a previous watcher journalled but did not get into the ledger
+    (it died in between); returns how many. Run by a new leader before its streams start."""
+    by_resource: dict[str, list[Stream]] = defaultdict(list)
+    for s in streams:
+        by_resource[s.gvr.id].append(s)
+    replayed, unwatched = 0, []
+    for change in cache.journalled():
+        namespace, _ = split_object_path(change.path)
+        targets = [s for s in by_resource.get(change.resource, [])
+                   if s.namespace in (None, namespace)]
+        for s in targets:
+            if change.deleted:
+                s.router(Trigger.DELETED, change.obj, None, change)
+            else:
+                s.router(Trigger.RELIST, None, change.obj, change)
+        replayed += bool(targets)
+        if not targets:
+            unwatched.append(change)  # nobody watches it any more: nothing to enqueue
+    if unwatched:
+        cache.clear_journal(unwatched)
+    return replayed
+
+
 def heartbeat(identity: str) -> None:
     try:
         cache.get_redis().hset(HEARTBEAT_KEY, identity, time.time())
@@ -210,9 +253,9 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str)
     while not until():
         heartbeat(identity)
         for s in streams:
-            # Redis restarted empty: the synced marker vanished, so relist to refill.
+            # Keep the synced marker alive; if Redis restarted empty it is gone: relist.
             if (s.status.resource_version and not s.reflector.relist_requested.is_set()
-                    and not _synced_safe(s.gvr, s.namespace)):
+                    and not _keep_synced(s.gvr, s.namespace)):
                 s.reflector.request_relist()
             s.status.save()  # flushes counters of a quiet stream (throttled to every 5 s)
         time.sleep(1)
@@ -223,8 +266,8 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str)
     connection.close()
 
 
-def _synced_safe(gvr: GVR, namespace: str | None) -> bool:
+def _keep_synced(gvr: GVR, namespace: str | None) -> bool:
     try:
-        return cache.is_synced(gvr, namespace)
-    except Exception:
+        return cache.keep_synced(gvr, namespace)
+    except Exception:  # Redis unreachable: nothing to refill yet
         return True

@@ -33,7 +33,7 @@ from .ledger import Claim, Dispatch, LeaseLost, Reaped
 from .vocab import Key
 
 __all__ = ["Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause", "reap",
-           "send", "set_sender", "task_id"]
+           "send", "set_sender", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,11 @@ def pause(keys: Sequence[Key], paused: bool) -> int:
     dispatches = ledger.set_paused(keys, paused)
     _send_on_commit(dispatches)
     return len(dispatches)
+
+
+def forget_gone(older_than: float = 3600.0) -> int:
+    """Drop the ledger rows of objects gone for an hour (beat, with history pruning)."""
+    return ledger.forget_gone(older_than)
 
 
 def reap(in_flight: int | None = None) -> Reaped:

@@ -49,3 +49,11 @@ def test_a_redis_restart_empties_the_markers_too(redis_client):
     cache.mark_synced(FOOS, None, "11")
     redis_client.flushdb()
     assert not cache.is_synced(FOOS, "a")
+
+
+def test_a_synced_marker_expires_unless_its_watcher_keeps_it(redis_client):
+    cache.mark_synced(FOOS, "a", "10")
+    assert 0 < redis_client.ttl(f"operator:synced:{FOOS.id}:a") <= cache.SYNCED_TTL
+    assert cache.keep_synced(FOOS, "a")
+    redis_client.delete(f"operator:synced:{FOOS.id}:a")
+    assert not cache.keep_synced(FOOS, "a")  # gone: the watcher must relist

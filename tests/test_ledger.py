@@ -292,3 +292,16 @@ def test_many_producers_and_consumers_never_process_a_key_twice_at_once():
     assert set(runs) == {key(n) for n in names}
     assert WorkItem.objects.exclude(state="idle").count() == 0
     assert sum(runs.values()) < 5 * 50  # dedup collapsed adds
+
+
+def test_rows_of_objects_long_gone_are_forgotten_but_live_ones_stay():
+    (gone,) = ledger.enqueue([key("gone")], "deleted")
+    (live,) = ledger.enqueue([key("live")], "added")
+    process(key("gone"), gone.token, "gone")
+    process(key("live"), live.token, "success")
+    assert ledger.forget_gone(older_than=60) == 0  # not yet: it might come back
+    WorkItem.objects.update(last_finished_at="2000-01-01T00:00:00Z")
+    assert ledger.forget_gone(older_than=60) == 1
+    assert list(WorkItem.objects.values_list("name", flat=True)) == ["live"]
+    (again,) = ledger.enqueue([key("gone")], "added")  # recreated: a fresh row
+    assert process(key("gone"), again.token) is None

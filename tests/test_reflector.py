@@ -31,7 +31,7 @@ class Recorder:
     def __init__(self):
         self.changes: list[tuple[str, dict | None, dict | None]] = []
 
-    def __call__(self, trigger, old, new):
+    def __call__(self, trigger, old, new, change=None):
         self.changes.append((trigger, old, new))
 
     def names(self, trigger: str) -> list[str]:
@@ -99,7 +99,7 @@ def test_a_child_deleted_while_no_watcher_ran_still_names_its_owner(api, namespa
 def test_watch_events_update_the_cache_before_they_are_reported(api, namespace, redis_client):
     seen_in_cache = []
 
-    def sink(trigger, old, new):
+    def sink(trigger, old, new, change=None):
         obj = new or old
         seen_in_cache.append((trigger, cache.get(CONFIGMAPS, namespace, obj["metadata"]["name"])))
 
@@ -142,3 +142,25 @@ def test_an_expired_resource_version_means_relist_as_event_or_as_http_answer(api
     r.resource_version = "1"
     with pytest.raises(Gone):
         r.watch(api)
+
+
+def test_an_expired_continue_token_falls_back_to_one_unpaginated_list(
+        api, namespace, redis_client, monkeypatch, settings):
+    settings.RECONCILERS_LIST_PAGE_SIZE = 2
+    for i in range(5):
+        make_cm(api, namespace, f"cm{i}")
+    real = kube.request
+    queries = []
+
+    def slow_list(client, method, path, body=None, query=None, **kwargs):
+        queries.append(dict(query or {}))
+        if (query or {}).get("continue"):
+            raise kube.ApiError(410, "Expired", "The provided continue parameter is too old")
+        return real(client, method, path, body, query=query, **kwargs)
+
+    monkeypatch.setattr(kube, "request", slow_list)
+    sink = Recorder()
+    reflector(namespace, sink).list(api, initial=True)
+    assert queries[-1] == {}  # the last request asked for everything at once
+    assert len(queries) == 3
+    assert {f"cm{i}" for i in range(5)} <= set(sink.names("added"))

@@ -71,3 +71,20 @@ def test_history_pruning_keeps_recent_rows_and_a_bounded_number_per_key():
         "busy", "busy", "busy", "quiet"]
     newest = ReconcileRecord.objects.filter(name="busy").order_by("-started_at")
     assert newest[0].started_at == now
+
+
+def test_a_failed_periodic_resync_is_retried_at_the_next_beat(redis_client, monkeypatch):
+    from reconcilers import workqueue
+
+    cache_objects("a")
+    monkeypatch.setattr(resync, "period_of", lambda name: 600.0 if name == PROBE else 0)
+
+    def database_down(*args, **kwargs):
+        raise ConnectionError("the database is down")
+
+    monkeypatch.setattr(workqueue, "add", database_down)
+    with pytest.raises(ConnectionError):
+        resync.resync_due()
+    monkeypatch.undo()
+    monkeypatch.setattr(resync, "period_of", lambda name: 600.0 if name == PROBE else 0)
+    assert resync.resync_due() == 1  # not a whole period later

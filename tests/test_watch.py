@@ -75,3 +75,39 @@ def test_the_enqueuer_batches_what_waits(redis_client):
     stop.set()
     enqueuer.join(5)
     assert enqueuer.batches <= 2
+
+
+def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
+        kube, namespace, redis_client, settings):
+    """The watcher dies between the cache write and the ledger write; the next one recovers."""
+    from kubernetes import client
+
+    from reconcilers import kube as door
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    api = door.new_api_client()
+    client.CoreV1Api(kube).create_namespaced_config_map(namespace, {"metadata": {"name": "a"}})
+
+    doomed = watch.Enqueuer(threading.Event())  # never started: its keys die with it
+    (stream, _) = sorted(watch.build_streams([ConfigMaps], doomed, threading.Event()),
+                         key=lambda s: s.gvr.plural)
+    stream.reflector.list(api, initial=True)
+    assert cache.get(CONFIGMAPS, namespace, "a") is not None
+    assert not WorkItem.objects.filter(name="a").exists()
+
+    # The next watcher: its relist finds the cache up to date, the journal does not forget.
+    stop = threading.Event()
+    enqueuer = watch.Enqueuer(stop)
+    streams = watch.build_streams([ConfigMaps], enqueuer, stop)
+    assert watch.replay_journal(streams) >= 1
+    enqueuer.start()
+    for s in streams:
+        s.reflector.list(api, initial=True)
+    try:
+        wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="a").exists(),
+                 what="the replayed key in the ledger")
+        wait_for(lambda: not cache.journalled(), what="the journal cleared")
+    finally:
+        stop.set()
+        enqueuer.join(5)
+        api.close()

@@ -61,6 +61,10 @@ class Command(BaseCommand):
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
+            replayed = watch.replay_journal(streams)
+            if replayed:
+                self.stdout.write(f"replayed {replayed} changes a previous watcher had not "
+                                  "enqueued")
             watch.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and not elector.is_leader.is_set()), identity=identity)
             term.set()
