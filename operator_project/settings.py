@@ -26,6 +26,14 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-development-only-key"
+if not DEBUG:
+    # The placeholders of .env.example and deploy/secret.example.yaml never reach production.
+    _placeholders = [name for name in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL",
+                                       "DJANGO_SUPERUSER_PASSWORD")
+                     if "change-me" in os.environ.get(name, "")]
+    if _placeholders:
+        raise ImproperlyConfigured(f"{', '.join(_placeholders)} still hold the 'change-me' "
+                                   "placeholder: set real secrets (see .env.example)")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 

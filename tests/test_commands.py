@@ -64,3 +64,15 @@ def test_history_prints_one_objects_runs_in_time_order():
 def test_history_of_an_unknown_object_says_so():
     with pytest.raises(CommandError, match="no runs recorded"):
         run("history", PROBE, "ns/ghost")
+
+
+def test_ensureadmin_refuses_a_weak_password(monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "boss")
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "password")
+    with pytest.raises(CommandError, match="DJANGO_SUPERUSER_PASSWORD is refused: .*common"):
+        run("ensureadmin")
+    assert not get_user_model().objects.filter(username="boss").exists()
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-and-unusual-passphrase-42")
+    assert "created admin user 'boss'" in run("ensureadmin")

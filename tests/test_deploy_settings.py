@@ -85,3 +85,37 @@ def test_a_malformed_proxy_header_is_a_clear_error():
 
     assert result.returncode != 0
     assert "SECURE_PROXY_SSL_HEADER must be 'HTTP_<HEADER>,<value>'" in result.stderr
+
+
+@pytest.mark.parametrize("variable,value", [
+    ("SECRET_KEY", "change-me-to-a-long-random-string"),
+    ("DATABASE_URL", "postgres://operator:change-me@127.0.0.1:15432/operator"),
+    ("REDIS_URL", "redis://:change-me@127.0.0.1:16379/0"),
+    ("DJANGO_SUPERUSER_PASSWORD", "change-me"),
+])
+def test_production_refuses_the_example_placeholders(variable, value):
+    result = check_deploy(production_env(**{variable: value}))
+    assert result.returncode != 0
+    assert f"{variable} still hold the 'change-me' placeholder" in result.stderr
+
+
+def test_the_image_build_context_leaves_out_cluster_credentials_and_secrets():
+    """The README has users write operator-kubeconfig and .env into this directory."""
+    import fnmatch
+
+    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    def ignored(path: str) -> bool:
+        """Docker's rule: a pattern matching a directory leaves out everything inside it."""
+        parts = path.split("/")
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        return any(fnmatch.fnmatch(prefix, p) for p in patterns for prefix in prefixes) or any(
+            fnmatch.fnmatch(parts[-1], p[3:]) for p in patterns if p.startswith("**/"))
+
+    for path in ("operator-kubeconfig", "kubeconfig", "prod.kubeconfig", ".kube/config",
+                 "deploy/kubeconfig",
+                 ".env", ".env.production", "tests/settings.py", ".local/kubeconfig"):
+        assert ignored(path), path
+    for path in ("manage.py", "reconcilers/runner.py", "requirements.lock"):
+        assert not ignored(path), path

@@ -177,11 +177,13 @@ def project_image() -> dict[str, float]:
 @pytest.fixture
 def compose(request, project_image, stack, namespace, tmp_path):
     admin_password = secrets.token_urlsafe(16)
+    redis_password = secrets.token_urlsafe(16)
     ports = {"WEB_PORT": _free_port(), "POSTGRES_HOST_PORT": _free_port(),
              "REDIS_HOST_PORT": _free_port()}
     env_file = env_file_from_example(tmp_path / "compose.env", {
         "SECRET_KEY": secrets.token_urlsafe(50),
         "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
+        "REDIS_PASSWORD": redis_password,
         "DJANGO_SUPERUSER_USERNAME": "e2e-admin",
         "DJANGO_SUPERUSER_PASSWORD": admin_password,
         "KUBECONFIG_PATH": str(flattened_kubeconfig(stack.kubeconfig, tmp_path / "kubeconfig")),
@@ -195,7 +197,7 @@ def compose(request, project_image, stack, namespace, tmp_path):
     })
     project = Compose(f"dco-e2e-{secrets.token_hex(3)}", env_file,
                       web=f"http://127.0.0.1:{ports['WEB_PORT']}",
-                      redis_url=f"redis://127.0.0.1:{ports['REDIS_HOST_PORT']}/0",
+                      redis_url=f"redis://:{redis_password}@127.0.0.1:{ports['REDIS_HOST_PORT']}/0",
                       admin_password=admin_password, timings=dict(project_image))
     yield project
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -293,6 +295,14 @@ def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, 
 
     _wait("two distinct worker nodes never answered a ping", both_answer, timeout=60)
     assert all(node.startswith("worker-") for node in answered), answered
+
+    # The cache the workers trust as cluster state is not writable without the password.
+    import redis
+
+    anonymous = redis.Redis.from_url(compose.redis_url.replace(
+        compose.redis_url.split("@")[0] + "@", "redis://"))
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.set("operator:obj:forged", "{}")
 
     # beat has kept running the whole time.
     (beat,) = compose.containers("beat")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -20,10 +22,16 @@ class Command(BaseCommand):
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
         if not password:
             raise CommandError("DJANGO_SUPERUSER_PASSWORD is not set")
-        user, created = get_user_model().objects.get_or_create(
-            username=username,
-            defaults={"email": os.environ.get("DJANGO_SUPERUSER_EMAIL", "")},
-        )
+        model = get_user_model()
+        user = model.objects.filter(username=username).first()
+        created = user is None
+        if created:
+            user = model(username=username, email=os.environ.get("DJANGO_SUPERUSER_EMAIL", ""))
+        try:
+            validate_password(password, user)  # AUTH_PASSWORD_VALIDATORS, as the admin's form
+        except ValidationError as exc:
+            raise CommandError("DJANGO_SUPERUSER_PASSWORD is refused: "
+                               + " ".join(exc.messages)) from None
         user.is_staff = user.is_superuser = user.is_active = True
         user.set_password(password)
         user.save()

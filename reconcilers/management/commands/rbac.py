@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from reconcilers import rbac
 from reconcilers.registry import registry
@@ -22,7 +22,8 @@ class Command(BaseCommand):
     def handle(self, *args, name: str, service_account: str | None, namespace: str,
                **options) -> None:
         if not len(registry):
-            raise CommandError("no reconcilers are registered: nothing needs permissions")
+            self.stderr.write("no reconcilers are registered: only the framework's own rules "
+                              "(Events, the watcher's Lease); add your app and run this again")
         docs = [rbac.cluster_role(list(registry), name)]
         if service_account:
             docs.append(rbac.cluster_role_binding(name, service_account, namespace))
