@@ -52,3 +52,12 @@ bench: up
 
 bench-quick: up
 	$(PYTHON) -m bench --quick $(BENCH_ARGS)
+
+# The chaos soak (docs/reliability.md): the whole operator under random faults, then an
+# independent check. make soak SOAK_ARGS="--minutes 10 --seed 42"
+SOAK_ARGS ?=
+
+.PHONY: soak
+
+soak: up
+	$(PYTHON) -m soak $(SOAK_ARGS)

@@ -127,6 +127,19 @@ class Context:
         return self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]),
                             wanted, content_type=kube.MERGE_PATCH)
 
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+               plural: str | None = None) -> bool:
+        """Delete an object (e.g. a child no longer wanted); False when it was already gone."""
+        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
+        ns = namespace if namespace is not None else self.key.namespace
+        try:
+            self._write("DELETE", gvr.path(ns if gvr.namespaced else None, name), None)
+        except kube.ApiError as e:
+            if e.gone:
+                return False
+            raise
+        return True
+
     def _check_owned(self, existing: Mapping, desired: Mapping) -> None:
         ref = controller_of(existing)
         if ref is None or ref.get("uid") != self.obj["metadata"]["uid"]:

@@ -140,7 +140,9 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
                 seen.events, seen.final = ctx.events, ctx.obj
             decision = decide(attempts=claim.attempts, backoff=backoff, result=result,
                               decided=decided)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
+        # SystemExit too: user code calling sys.exit() must not take the worker process (and
+        # every run it would have done) down with it; it is an error of this run, retried.
         decision = decide(attempts=claim.attempts, backoff=backoff, error=exc)
     duration = time.perf_counter() - t0
     if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:

@@ -80,3 +80,21 @@ def test_a_stale_message_runs_nothing(reg, redis_client):
     key, token = enqueue("p", "probes.test.operator.local", "ns")
     assert runner.run(key, token + 5, registry=reg).dropped is True
     assert not ReconcileRecord.objects.exists()
+
+
+def test_a_reconciler_that_exits_the_process_gets_an_error_record_not_a_dead_worker(
+        kube, namespace, probe_crds, reg, redis_client):
+    @register(registry=reg)
+    class Quitter(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            raise SystemExit(3)
+
+    make_probe(kube, namespace, "quits", value=1)
+    key, token = enqueue("quits", Quitter.name(), namespace)
+    report = runner.run(key, token, registry=reg)  # returns: this process is still here
+    assert report.outcome == "error" and report.follow_up is not None
+    record = ReconcileRecord.objects.get()
+    assert record.error_class == "builtins.SystemExit"
+    assert WorkItem.objects.get().state == "backoff"

@@ -7,6 +7,7 @@ import threading
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from reconcilers import crds, leader, watch
 from reconcilers.conf import settings
@@ -39,8 +40,8 @@ class Command(BaseCommand):
                 watch.heartbeat(identity)
             return
         classes = [registry.get_class(n) for n in names]
-        RegisteredReconciler.sync_from(classes)
-        crds.sync_registered(classes, self.stdout)
+        if not self._start_up(classes, stop):
+            return
 
         elector = None
         conf = settings()
@@ -61,12 +62,44 @@ class Command(BaseCommand):
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
-            replayed = watch.replay_journal(streams)
-            if replayed:
-                self.stdout.write(f"replayed {replayed} changes a previous watcher had not "
-                                  "enqueued")
+            self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and not elector.is_leader.is_set()), identity=identity)
             term.set()
             enqueuer.join(15)
         self.stdout.write("watch stopped")
+
+    def _replay(self, streams: list, stop: threading.Event) -> None:
+        """Replay the journal before streaming, waiting out a Redis outage: the entries there
+        are changes nobody enqueued yet (if Redis lost them, the relist finds them instead)."""
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                replayed = watch.replay_journal(streams)
+                if replayed:
+                    self.stdout.write(f"replayed {replayed} changes a previous watcher had "
+                                      "not enqueued")
+                return
+            except Exception as exc:
+                self.stderr.write(f"journal replay failed ({type(exc).__name__}: {exc}); "
+                                  f"retrying in {delay:.1f}s")
+                stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _start_up(self, classes: list, stop: threading.Event) -> bool:
+        """Record the reconcilers and install their CRDs, retrying while PostgreSQL or the
+        api-server is unreachable: a watcher restarted during an outage waits it out instead
+        of exiting. False when told to stop first."""
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                close_old_connections()
+                RegisteredReconciler.sync_from(classes)
+                crds.sync_registered(classes, self.stdout)
+                return True
+            except Exception as exc:
+                self.stderr.write(f"start-up failed ({type(exc).__name__}: {exc}); "
+                                  f"retrying in {delay:.1f}s")
+                stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+        return False

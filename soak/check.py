@@ -1,0 +1,159 @@
+"""The soak's independent checker: the operator's promises, read from the cluster, the ledger,
+the history and the reconciler's side channel - never from the operator's own opinion.
+
+1. every live object converged to its last spec (status, observedGeneration, its children);
+2. every deleted object's children are gone;
+3. no two runs of one key overlapped - in the history, and in the side channel (the span from
+   a run's start to its last write);
+4. no key is left running, queued or in backoff once everything converged;
+5. the broker's backlog stayed bounded and ends empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from itertools import combinations
+
+
+def _django():
+    import django
+
+    django.setup()
+
+
+def _items(api, ns: str) -> list[dict]:
+    from reconcilers import kube
+    from reconcilers.vocab import GVR
+
+    return kube.request(api, "GET", GVR("soak.operator.local", "v1", "soakitems", "SoakItem")
+                        .path(ns))["items"]
+
+
+def _configmaps(api, ns: str) -> dict[str, dict]:
+    from reconcilers import kube
+    from reconcilers.vocab import GVR
+
+    items = kube.request(api, "GET", GVR.of("v1", "ConfigMap").path(ns))["items"]
+    return {cm["metadata"]["name"]: cm for cm in items}
+
+
+def unconverged(soak, api) -> list[str]:
+    problems = []
+    for ns in soak.ns:
+        cms = _configmaps(api, ns)
+        for item in _items(api, ns):
+            name, spec = item["metadata"]["name"], item["spec"]
+            status = item.get("status") or {}
+            if (status.get("value"), status.get("children"), status.get("observedGeneration")) \
+                    != (spec["value"], spec["children"], item["metadata"]["generation"]):
+                problems.append(f"{ns}/{name}: status {status} for spec {spec}")
+                continue
+            for i in range(4):
+                cm = cms.get(f"{name}-{i}")
+                if i < spec["children"] and ((cm or {}).get("data") or {}).get("value") != \
+                        str(spec["value"]):
+                    problems.append(f"{ns}/{name}-{i}: child missing or stale")
+                elif i >= spec["children"] and cm is not None:
+                    problems.append(f"{ns}/{name}-{i}: child not wanted but present")
+        for dns, dname in soak.deleted:
+            if dns == ns:
+                left = [c for c in cms if c.startswith(f"{dname}-")]
+                if left:
+                    problems.append(f"{ns}/{dname} deleted but its children remain: {left}")
+    return problems
+
+
+def unsettled_keys() -> list[str]:
+    from django.db import close_old_connections
+
+    from reconcilers.models import WorkItem
+
+    close_old_connections()
+    return [f"{w.key_str} {w.state}" for w in WorkItem.objects.exclude(state="idle")]
+
+
+def history_overlaps() -> list[str]:
+    from reconcilers.models import ReconcileRecord
+
+    runs = defaultdict(list)
+    for r in ReconcileRecord.objects.exclude(error_class="WorkerLost").only(
+            "namespace", "name", "started_at", "finished_at"):
+        runs[(r.namespace, r.name)].append((r.started_at, r.finished_at))
+    found = []
+    for key, spans in runs.items():
+        spans.sort()
+        for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                found.append(f"{key}: {s1}-{e1} and {s2}-{e2}")
+    return found
+
+
+def side_channel_overlaps(trace_path) -> tuple[int, list[str]]:
+    """Each run's active span is its start to its last write; spans of one key must not meet."""
+    spans: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for line in trace_path.read_text().splitlines():
+        try:
+            kind, key, run, at = line.split()
+        except ValueError:
+            continue  # a line torn by a kill -9 mid-write
+        span = spans[key].setdefault(run, [float(at), float(at)])
+        if kind == "write":
+            span[1] = max(span[1], float(at))
+    found = []
+    for key, runs in spans.items():
+        for (r1, (s1, e1)), (r2, (s2, e2)) in combinations(runs.items(), 2):
+            if s1 < e2 and s2 < e1:
+                found.append(f"{key}: runs {r1} [{s1:.3f}, {e1:.3f}] and {r2} [{s2:.3f}, {e2:.3f}]")
+    return sum(len(r) for r in spans.values()), found
+
+
+def run(soak, settle: float) -> dict:
+    _django()
+    import redis
+
+    from reconcilers import kube
+    from reconcilers.models import ReconcileRecord
+
+    api = kube.new_api_client()
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            problems = unconverged(soak, api) + unsettled_keys()
+        except Exception as exc:  # the stack is still coming back from the last fault
+            problems = [f"checker could not read: {exc}"]
+        if not problems or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    settled_in = round(settle - (deadline - time.monotonic()), 1)
+    history = history_overlaps()
+    side_runs, side = side_channel_overlaps(soak.trace)
+    backlog = redis.Redis.from_url(soak.redis_url).llen("celery")
+    records = ReconcileRecord.objects.count()
+    lost = ReconcileRecord.objects.filter(error_class="WorkerLost").count()
+    objects = sum(len(v) for v in soak.names.values()) + len(soak.deleted)
+    try:
+        final_unconverged, final_unsettled = unconverged(soak, api), unsettled_keys()
+    except Exception as exc:
+        final_unconverged, final_unsettled = [f"checker could not read: {exc}"], ["?"]
+    checks = {
+        "converged (every live object, every child; deleted objects' children gone)":
+            not final_unconverged,
+        "no key left running, queued or in backoff": not final_unsettled,
+        "no overlapping runs in the history": not history,
+        "no overlapping runs in the side channel": not side,
+        "the broker's backlog ends empty": backlog == 0,
+        "no watcher or beat process exited on its own": not soak.crashes,
+        "the backlog stayed bounded (max <= 2x objects + 100)":
+            soak.max_backlog <= 2 * objects + 100,
+    }
+    return {
+        "passed": all(checks.values()), "checks": checks, "objects": objects,
+        "namespaces": len(soak.ns), "runs recorded": records, "runs in the side channel":
+            side_runs, "runs lost to killed workers (recorded by the reaper)": lost,
+        "overlaps": len(history) + len(side),
+        "unconverged": (final_unconverged + final_unsettled)[:20],
+        "settled in (s)": settled_in, "max broker backlog": soak.max_backlog,
+        "overlap details": (history + side)[:20], "crashed processes": soak.crashes,
+        "Celery workers restarted after exiting on their own": soak.worker_exits,
+    }

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SoakAppConfig(AppConfig):
+    name = "soak.soakapp"
+    label = "soakapp"

@@ -1,0 +1,56 @@
+"""``SoakItem``: keeps ``spec.children`` ConfigMaps holding ``spec.value``, and writes a side
+channel the soak's checker reads independently of the operator's own history.
+
+Side channel: one line per event appended to ``$SOAK_TRACE`` (``O_APPEND``: atomic for short
+lines): ``start|write <key> <run id> <unix time>``. The checker rebuilds each run's active
+span (start to its last write) and asserts no two spans of one key intersect.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from reconcilers.api import Owns, Reconciler, predicates, register
+
+MAX_CHILDREN = 4
+
+
+def _trace(kind: str, key: str, run: str) -> None:
+    path = os.environ.get("SOAK_TRACE")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{kind} {key} {run} {time.time():.6f}\n".encode())
+        finally:
+            os.close(fd)
+
+
+@register
+class SoakItemReconciler(Reconciler):
+    group, version, kind = "soak.operator.local", "v1", "SoakItem"
+    owns = [Owns("v1", "ConfigMap")]
+    predicates = [predicates.generation_changed]
+    resync_period = 0
+    timeout = 4
+
+    def reconcile(self, obj: dict, ctx):
+        key, run = str(ctx.key), uuid.uuid4().hex[:10]
+        _trace("start", key, run)
+        spec = obj.get("spec") or {}
+        value, children = int(spec.get("value", 0)), int(spec.get("children", 0))
+        name = obj["metadata"]["name"]
+        time.sleep(float(os.environ.get("SOAK_WORK_SECONDS", "0.05")))
+        for i in range(MAX_CHILDREN):
+            child = f"{name}-{i}"
+            if i < children:
+                ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": child},
+                                      "data": {"value": str(value)}})
+                _trace("write", key, run)
+            elif ctx.get("v1", "ConfigMap", child) is not None:
+                ctx.delete("v1", "ConfigMap", child)
+                _trace("write", key, run)
+        ctx.patch_status({"value": value, "children": children})
+        _trace("write", key, run)
