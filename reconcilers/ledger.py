@@ -173,6 +173,10 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
 def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch | None:
     """running -> idle | backoff | queued. Returns the message to send, if any.
 
+    Raises ``LeaseLost`` when the run no longer holds its key (its lease expired and the reaper
+    gave the key to another run): such a run is not a finished run, and its caller rolls back
+    the history it was about to write - the reaper already recorded it as lost.
+
     Dirty wins over everything: an event arrived during the run, so the key runs again now.
     A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
     ledger (``dispatched_at`` NULL) until the due sweep sends it.
@@ -212,8 +216,8 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch 
         )
         row = cursor.fetchone()
     if row is None:
-        log.warning("%s: run ended after its lease was lost; the reaper re-queued it", claim_.key)
-        return None
+        raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
+                        "re-queued the key")
     state, token, dispatched = row
     if state == State.QUEUED:
         return Dispatch(claim_.key, token)

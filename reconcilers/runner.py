@@ -27,7 +27,7 @@ from . import cache, history, kube, workqueue
 from .conf import RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
-from .workqueue import Claim, Dispatch
+from .workqueue import Claim, Dispatch, LeaseLost
 from .models import Outcome
 from .registry import NotRegistered, Registry, registry as default_registry
 from .results import PermanentError, Result
@@ -170,6 +170,11 @@ def _finish(claim: Claim, decision: Decision,
                 record = history.record_run(claim, decision, facts)
                 follow_up = workqueue.done(claim, decision)
             return record.pk, follow_up
+        except LeaseLost as exc:
+            # Outlived its lease (a stopped process, a deadline ignored): another run has the
+            # key now. Its record was rolled back; the reaper's "worker lost" record stands.
+            log.warning("%s", exc)
+            return None, None
         except Exception:
             # The database blinked; the lease still protects the key. If all attempts fail,
             # the lease expires and the reaper re-queues it: the run is retried, not lost.

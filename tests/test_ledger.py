@@ -185,7 +185,8 @@ def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
     reap()
     (again,) = ledger.enqueue([key("a")], "modified")  # an event: no need to wait the backoff
     fresh = ledger.claim(key("a"), again.token, "fresh", LEASE)
-    assert ledger.finish(slow, Decision("success", 0), 300) is None
+    with pytest.raises(ledger.LeaseLost):
+        ledger.finish(slow, Decision("success", 0), 300)
     assert item(key("a")).state == "running" and item(key("a")).worker == "fresh"
     ledger.finish(fresh, Decision("success", 0), 300)
 

@@ -98,3 +98,22 @@ def test_a_reconciler_that_exits_the_process_gets_an_error_record_not_a_dead_wor
     record = ReconcileRecord.objects.get()
     assert record.error_class == "builtins.SystemExit"
     assert WorkItem.objects.get().state == "backoff"
+
+
+def test_a_run_that_lost_its_key_leaves_no_record_of_its_own(kube, namespace, probe_crds, reg,
+                                                             redis_client):
+    from django.db.models import F
+
+    @register(registry=reg)
+    class Slow(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            # Meanwhile the reaper gave the key to another run (as after a SIGSTOP).
+            WorkItem.objects.update(token=F("token") + 1, state="queued")
+
+    make_probe(kube, namespace, "slow", value=1)
+    key, token = enqueue("slow", Slow.name(), namespace)
+    report = runner.run(key, token, registry=reg)
+    assert report.record_id is None
+    assert not ReconcileRecord.objects.exists()  # history never shows two holders at once

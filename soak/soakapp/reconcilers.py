@@ -2,8 +2,9 @@
 channel the soak's checker reads independently of the operator's own history.
 
 Side channel: one line per event appended to ``$SOAK_TRACE`` (``O_APPEND``: atomic for short
-lines): ``start|write <key> <run id> <unix time>``. The checker rebuilds each run's active
-span (start to its last write) and asserts no two spans of one key intersect.
+lines): ``start|write <key> <run id> <unix time>``, a ``write`` only when the cluster really
+changed (a new resourceVersion, a deletion). The checker rebuilds each run's active span
+(start to its last write) and asserts no two spans of one key intersect.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def _trace(kind: str, key: str, run: str) -> None:
             os.close(fd)
 
 
+def _rv(obj: dict | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
+
 @register
 class SoakItemReconciler(Reconciler):
     group, version, kind = "soak.operator.local", "v1", "SoakItem"
@@ -44,13 +49,15 @@ class SoakItemReconciler(Reconciler):
         time.sleep(float(os.environ.get("SOAK_WORK_SECONDS", "0.05")))
         for i in range(MAX_CHILDREN):
             child = f"{name}-{i}"
+            before = _rv(ctx.get("v1", "ConfigMap", child))
             if i < children:
-                ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
-                                      "metadata": {"name": child},
-                                      "data": {"value": str(value)}})
+                after = _rv(ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": child},
+                                                  "data": {"value": str(value)}}))
+                if after != before:
+                    _trace("write", key, run)
+            elif before is not None and ctx.delete("v1", "ConfigMap", child):
                 _trace("write", key, run)
-            elif ctx.get("v1", "ConfigMap", child) is not None:
-                ctx.delete("v1", "ConfigMap", child)
-                _trace("write", key, run)
-        ctx.patch_status({"value": value, "children": children})
-        _trace("write", key, run)
+        before = _rv(ctx.obj)
+        if _rv(ctx.patch_status({"value": value, "children": children})) != before:
+            _trace("write", key, run)
