@@ -33,11 +33,10 @@ STAGES = [
     ("  of which: api-server request", "request (reconcilers/kube.py"),
     ("history + ledger.finish", "_finish (reconcilers/runner.py"),
     ("  of which: history.record_run (ORM)", "record_run (reconcilers/history.py"),
-    ("lease-keeper thread start/join", "_LeaseKeeper.__e"),
-    ("dispatch.send (publish after commit)", "send (reconcilers/dispatch.py"),
+    ("workqueue.send (publish after commit)", "send (reconcilers/workqueue.py"),
     ("celery: ack (kombu redis QoS)", "Message.ack"),
     ("celery: receive (BRPOP)", "_brpop_read"),
-    ("watcher: event handling + cache write", "Stream.handle"),
+    ("watcher: event handling + cache write", "Reflector.handle"),
     ("watcher: enqueue statement", "enqueue (reconcilers/ledger.py"),
     ("watcher: publish messages", "Task.apply_async"),
 ]

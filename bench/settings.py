@@ -17,7 +17,6 @@ OPERATOR_SAMPLES = False
 # passes every BENCH_EXPERIMENT_* variable of its environment to this project's processes:
 #   BENCH_EXPERIMENT_DB_REUSE_MAX=0      close database connections around every Celery task
 #                                        (the behaviour before CELERY_DB_REUSE_MAX was set)
-#   BENCH_EXPERIMENT_NO_LEASE_THREAD=1   no per-run lease thread (bench/benchapp/reconcilers.py)
 import os as _os  # noqa: E402
 
 if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):

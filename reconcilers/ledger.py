@@ -241,9 +241,10 @@ def reap(redispatch_after: float, backoff: Backoff, in_flight: int | None = None
        backoff, due after the key's next backoff: a reconcile that kills its worker every time
        is retried ever more slowly, never in a tight loop.
     2. queued, its message sent long ago (or never): the message may have vanished -> send
-       again. Only when the broker holds fewer messages (``in_flight``) than the ledger
-       expects: a backlog that is merely waiting is never multiplied. ``None``: unknown broker,
-       send again.
+       again. Only when the broker holds fewer deliverable messages (``in_flight``) than there
+       are queued keys: a backlog that is merely waiting is never multiplied; a loss (a Redis
+       restart, a worker that died holding prefetched messages) sends the old queued keys once
+       more per ``redispatch_after``. ``None``: unknown broker, send again.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
     Rows are locked in id order, as by every other multi-row statement: no deadlocks.
@@ -324,11 +325,8 @@ def forget_gone(older_than: float) -> int:
 
 
 def _expected_messages(cursor) -> int:
-    """Messages the broker should hold: one per queued key, one per backoff countdown."""
-    cursor.execute(
-        f"""SELECT count(*) FROM {TABLE}
-            WHERE (state = 'queued' AND NOT paused)
-               OR (state = 'backoff' AND dispatched_at IS NOT NULL)""")
+    """Messages the broker should be holding for delivery: one per queued key."""
+    cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE state = 'queued' AND NOT paused")
     return cursor.fetchone()[0]
 
 

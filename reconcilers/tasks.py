@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from celery import Task, current_app, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -110,8 +111,10 @@ def prune_history() -> int:
 
 
 def broker_in_flight() -> int | None:
-    """Messages the broker holds: waiting in the reconcilers' queues or delivered and not yet
-    acknowledged. ``None`` when the broker is not Redis (or does not answer)."""
+    """Messages the broker can still deliver: waiting in the reconcilers' queues, or handed to
+    a worker within the last ``redispatch_after`` seconds. A message a dead worker took longer
+    ago sits in Redis's unacked set until the visibility timeout (an hour): it does not count.
+    ``None`` when the broker is not Redis (or does not answer)."""
     app = current_app
     queues = {app.conf.task_default_queue or "celery"}
     queues.update(cls.queue for cls in registry if cls.queue)
@@ -123,7 +126,7 @@ def broker_in_flight() -> int | None:
             pipe = client.pipeline()
             for queue in sorted(queues):
                 pipe.llen(queue)
-            pipe.hlen("unacked")
+            pipe.zcount("unacked_index", time.time() - settings().redispatch_after, "+inf")
             return sum(pipe.execute())
     except Exception as exc:  # broker down: the reaper falls back to re-sending
         log.warning("could not count the broker's messages: %s", exc)

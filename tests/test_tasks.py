@@ -83,3 +83,28 @@ def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
     assert tasks.broker_in_flight() == 30
     WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
     assert tasks.reap() == 0
+
+
+def test_messages_a_dead_worker_took_long_ago_count_as_lost(redis_client, settings):
+    import json
+    import time as clock
+
+    from reconcilers import tasks
+    from reconcilers.models import WorkItem
+
+    keys = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(10)]
+    workqueue.add(keys, "manual")
+    # A worker took 3 messages (Redis keeps them in its unacked set) and then died.
+    for tag in range(3):
+        message = redis_client.rpop("celery")
+        redis_client.hset("unacked", f"tag{tag}", json.dumps([message.decode(), "", "celery"]))
+        redis_client.zadd("unacked_index", {f"tag{tag}": clock.time() - 3600})
+    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
+    assert tasks.broker_in_flight() == 7
+    assert tasks.reap() == 10  # the lost three come back (with the rest, once)
+
+    # Taken just now by a live worker: still deliverable, nothing is sent again.
+    redis_client.zadd("unacked_index", {f"tag{t}": clock.time() for t in range(3)})
+    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
+    assert tasks.broker_in_flight() == 20
+    assert tasks.reap() == 0

@@ -48,13 +48,3 @@ class BenchItemReconciler(Reconciler):
         if _SLEEP:
             time.sleep(_SLEEP)
         ctx.patch_status({"value": obj["spec"]["value"]})
-
-
-if os.environ.get("BENCH_EXPERIMENT_NO_LEASE_THREAD"):
-    # Experiment only (bench/settings.py lists the knobs): skip the per-run lease-renewal
-    # thread to bound what a shared renewal thread would save. Runs here take milliseconds,
-    # far below the 60 s lease, so nothing needs renewing during the measurement.
-    from reconcilers import runner as _runner
-
-    _runner._LeaseKeeper.__enter__ = lambda self: self
-    _runner._LeaseKeeper.__exit__ = lambda self, *exc: None
