@@ -119,3 +119,51 @@ def test_worker_is_healthy_while_it_answers_a_ping_and_unhealthy_once_stopped(ce
     worker.stop()
     with pytest.raises(CommandError, match=f"no reply from {node}"):
         call_command("health", "worker", "--node", node, "--timeout", "1")
+
+
+def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_timeout(
+        stack, django_db_blocker):
+    """A black-holed PostgreSQL (it accepts TCP, then says nothing) must not hang /readyz."""
+    import socket
+    import threading
+
+    from django.db import connections
+
+    from reconcilers import health
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def swallow() -> None:
+        hole.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(hole.accept()[0])  # ...and never a byte back
+            except OSError:
+                continue
+
+    threading.Thread(target=swallow, daemon=True).start()
+    real = dict(connections.settings["default"])
+    connections.settings["default"].update(HOST="127.0.0.1", PORT=str(hole.getsockname()[1]))
+    try:
+        started = time.monotonic()
+        with django_db_blocker.unblock():
+            results = health.readiness(timeout=1.0)
+        elapsed = time.monotonic() - started
+    finally:
+        connections.settings["default"].clear()
+        connections.settings["default"].update(real)
+        stop.set()
+        for s in accepted:
+            s.close()
+        hole.close()
+    assert results["database"].ok is False
+    # Failed by its own bounded connect, not abandoned by the probe as a hung thread.
+    assert results["database"].error == "OperationalError"
+    assert results["redis"].ok and results["apiserver"].ok
+    assert elapsed < 3.5
+    time.sleep(1)
+    assert not [t for t in threading.enumerate() if t.name.startswith("readyz")]
