@@ -137,12 +137,13 @@ return 0
 
 @dataclass(frozen=True)
 class Change:
-    """A journalled change: enough to route it again (its object, or its last state if it was
-    deleted) and the token that clears exactly this entry, not a newer one of the object."""
+    """A journalled change: enough to route it again and the token that clears exactly this
+    entry, not a newer one of the object. The journal keeps the object only for a deletion
+    (its last state names the owner); a live object is read back from the cache on replay."""
 
     resource: str  # GVR.id
     path: str
-    obj: dict
+    obj: dict | None  # None when read back from the journal for a live object
     deleted: bool
     token: str
 
@@ -153,7 +154,7 @@ class Change:
 
 def journal(change: Change, pipe: redis.client.Pipeline) -> None:
     pipe.hset(_PENDING, change.field, json.dumps(
-        {"t": change.token, "d": change.deleted, "o": sanitize(change.obj)},
+        {"t": change.token, "d": change.deleted, "o": change.obj if change.deleted else None},
         separators=(",", ":")))
 
 

@@ -227,14 +227,23 @@ def replay_journal(streams: list[Stream]) -> int:
         for s in targets:
             if change.deleted:
                 s.router(Trigger.DELETED, change.obj, None, change)
+                continue
+            obj = cache.get(s.gvr, *_scope(change.path))
+            if obj is None:  # deleted meanwhile: that deletion has its own entry
+                unwatched.append(change)
             else:
-                s.router(Trigger.RELIST, None, change.obj, change)
+                s.router(Trigger.RELIST, None, obj, change)
         replayed += bool(targets)
         if not targets:
             unwatched.append(change)  # nobody watches it any more: nothing to enqueue
     if unwatched:
         cache.clear_journal(unwatched)
     return replayed
+
+
+def _scope(path: str) -> tuple[str | None, str]:
+    namespace, name = split_object_path(path)
+    return namespace or None, name
 
 
 def heartbeat(identity: str) -> None:
