@@ -37,8 +37,9 @@ class Settings:
     max_countdown: float = _s(300.0, "Longest delay sent as a Celery countdown; longer ones "
                                      "wait in the ledger until beat sends them (must be shorter "
                                      "than the broker's visibility timeout; checked at start).")
-    redispatch_after: float = _s(60.0, "A queued key whose message has not started a run after "
-                                       "this many seconds is sent again.")
+    redispatch_after: float = _s(60.0, "A queued key whose message left its queue this many "
+                                       "seconds ago (judged by the oldest message still "
+                                       "waiting) without starting a run is sent again.")
     reaper_interval: float = _s(10.0, "Seconds between beat's reaper runs (lost runs, lost "
                                       "messages, due retries).")
     resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "

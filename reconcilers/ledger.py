@@ -22,7 +22,8 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Sequence
+import json
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from django.db import connection, transaction
 
@@ -234,21 +235,33 @@ class Reaped:
     dispatches: list[Dispatch]
 
 
-def reap(redispatch_after: float, backoff: Backoff, in_flight: int | None = None) -> Reaped:
+@dataclass(frozen=True)
+class Backlog:
+    """How long, in seconds, the oldest message still waiting in the broker has waited, for
+    each reconciler's queue (``other``: every reconciler not named). 0 for an empty queue."""
+
+    waited: Mapping[str, float]
+    other: float = 0.0
+
+
+def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None) -> Reaped:
     """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
 
     1. running, lease expired: the run's worker died (or was ended at its hard deadline) ->
        backoff, due after the key's next backoff: a reconcile that kills its worker every time
        is retried ever more slowly, never in a tight loop.
-    2. queued, its message sent long ago (or never): the message may have vanished -> send
-       again. Only when the broker holds fewer deliverable messages (``in_flight``) than there
-       are queued keys: a backlog that is merely waiting is never multiplied; a loss (a Redis
-       restart, a worker that died holding prefetched messages) sends the old queued keys once
-       more per ``redispatch_after``. ``None``: unknown broker, send again.
+    2. queued, its message sent before the oldest message still waiting in its queue, by more
+       than ``redispatch_after``: the queue is first in, first out, so that message has left
+       it - to a worker that died, a Redis restart, or a publish that failed - and no run
+       claimed it -> send again, once per ``redispatch_after``. A backlog that is merely
+       waiting is never multiplied, and nothing else the broker holds (stale messages, beat's
+       own, runs in progress) can hide a loss. ``None``: the broker cannot tell; anything
+       older than ``redispatch_after`` is sent again.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
     Rows are locked in id order, as by every other multi-row statement: no deadlocks.
     """
+    backlog = backlog or Backlog({})
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -270,21 +283,22 @@ def reap(redispatch_after: float, backoff: Backoff, in_flight: int | None = None
             {"base": backoff.base, "cap": backoff.cap},
         )
         lost = _fetch(cursor)
-        resend: list[tuple] = []
-        if in_flight is None or in_flight < _expected_messages(cursor):
-            cursor.execute(
-                f"""
-                UPDATE {TABLE} SET dispatched_at = now()
-                WHERE id IN (SELECT id FROM {TABLE}
-                             WHERE state = 'queued' AND NOT paused
-                               AND (dispatched_at IS NULL
-                                    OR dispatched_at < now() - make_interval(secs => %(after)s))
-                             ORDER BY id FOR UPDATE)
-                RETURNING reconciler, namespace, name, token
-                """,
-                {"after": redispatch_after},
-            )
-            resend = _fetch(cursor)
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET dispatched_at = now()
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'queued' AND NOT paused
+                           AND (dispatched_at IS NULL
+                                OR dispatched_at < now() - make_interval(secs => %(after)s
+                                    + coalesce((%(waited)s::jsonb ->> reconciler)::float8,
+                                               %(other)s)))
+                         ORDER BY id FOR UPDATE)
+            RETURNING reconciler, namespace, name, token
+            """,
+            {"after": redispatch_after, "waited": json.dumps(dict(backlog.waited)),
+             "other": backlog.other},
+        )
+        resend = _fetch(cursor)
         cursor.execute(
             f"""
             UPDATE {TABLE} SET state = 'queued', token = token + 1, due_at = NULL,
@@ -322,12 +336,6 @@ def forget_gone(older_than: float) -> int:
             [older_than],
         )
         return cursor.rowcount
-
-
-def _expected_messages(cursor) -> int:
-    """Messages the broker should be holding for delivery: one per queued key."""
-    cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE state = 'queued' AND NOT paused")
-    return cursor.fetchone()[0]
 
 
 def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:

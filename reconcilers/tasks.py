@@ -12,16 +12,22 @@ beat's periodic tasks on whichever Celery app the project runs: nothing here nam
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 
 from celery import Task, current_app, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django import db
 
 from . import history, resync as resyncs, runner, workqueue
 from .conf import RunLimits, settings
 from .registry import NotRegistered, registry
+
+# Every message carries the time it was sent, so the reaper can tell how long the oldest one
+# still waiting in a queue has waited (``broker_backlog``).
+SENT_AT = "x-sent-at"
 
 # Publishing must not stall the watcher for long when Redis is down; the reaper covers it.
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
@@ -86,13 +92,14 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
     task.apply_async(
         kwargs={"key": str(dispatch.key), "token": dispatch.token}, task_id=task_id,
         queue=queue or None, countdown=dispatch.countdown or None,
-        retry=True, retry_policy=PUBLISH_RETRY)
+        headers={SENT_AT: time.time()}, retry=True, retry_policy=PUBLISH_RETRY)
 
 
 @shared_task(name="reconcilers.reap", ignore_result=True)
 def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
-    found = workqueue.reap(in_flight=broker_in_flight())
+    db.close_old_connections()
+    found = workqueue.reap(broker_backlog())
     if found.lost_runs:
         history.record_lost_runs(found.lost_runs)
     return len(found.dispatches)
@@ -101,36 +108,53 @@ def reap() -> int:
 @shared_task(name="reconcilers.resync", ignore_result=True)
 def resync() -> int:
     """Beat: re-enqueue every cached object of each reconciler whose resync period passed."""
+    db.close_old_connections()
     return resyncs.resync_due()
 
 
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
 def prune_history() -> int:
     """Beat: history retention, and the ledger rows of objects long gone."""
+    db.close_old_connections()
     return history.prune() + workqueue.forget_gone()
 
 
-def broker_in_flight() -> int | None:
-    """Messages the broker can still deliver: waiting in the reconcilers' queues, or handed to
-    a worker within the last ``redispatch_after`` seconds. A message a dead worker took longer
-    ago sits in Redis's unacked set until the visibility timeout (an hour): it does not count.
-    ``None`` when the broker is not Redis (or does not answer)."""
+def broker_backlog() -> workqueue.Backlog | None:
+    """How long the oldest message still waiting in each reconciler's queue has waited.
+
+    Redis queues are lists, first in, first out: the oldest waiting message is the list's
+    tail, and its ``SENT_AT`` header says when it was sent. A message without one (another
+    sender's) counts as just sent, which can only make the reaper re-send sooner, never hide
+    a loss. ``None`` when the broker is not Redis (or does not answer)."""
     app = current_app
-    queues = {app.conf.task_default_queue or "celery"}
-    queues.update(cls.queue for cls in registry if cls.queue)
+    default = app.conf.task_default_queue or "celery"
+    queue_of = {cls.name(): cls.queue or default for cls in registry}
+    queues = sorted({default, *queue_of.values()})
     try:
         with app.connection_for_write() as conn:
             client = conn.default_channel.client
-            if not hasattr(client, "llen"):
+            if not hasattr(client, "lindex"):
                 return None
             pipe = client.pipeline()
-            for queue in sorted(queues):
-                pipe.llen(queue)
-            pipe.zcount("unacked_index", time.time() - settings().redispatch_after, "+inf")
-            return sum(pipe.execute())
+            for queue in queues:
+                pipe.lindex(queue, -1)
+            oldest = dict(zip(queues, pipe.execute()))
     except Exception as exc:  # broker down: the reaper falls back to re-sending
-        log.warning("could not count the broker's messages: %s", exc)
+        log.warning("could not read the broker's queues: %s", exc)
         return None
+    now = time.time()
+    waited = {queue: max(0.0, now - _sent_at(raw, now)) for queue, raw in oldest.items()}
+    return workqueue.Backlog({name: waited[q] for name, q in queue_of.items()},
+                             other=waited[default])
+
+
+def _sent_at(raw: bytes | None, now: float) -> float:
+    if raw is None:
+        return now
+    try:
+        return float(json.loads(raw)["headers"][SENT_AT])
+    except (ValueError, KeyError, TypeError):
+        return now
 
 
 def beat_schedule() -> dict[str, dict]:

@@ -29,10 +29,10 @@ from django.db import transaction
 from . import ledger
 from .conf import settings
 from .decision import Decision
-from .ledger import Claim, Dispatch, LeaseLost, Reaped
+from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped
 from .vocab import Key
 
-__all__ = ["Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause", "reap",
+__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause", "reap",
            "send", "set_sender", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
@@ -114,11 +114,11 @@ def forget_gone(older_than: float = 3600.0) -> int:
     return ledger.forget_gone(older_than)
 
 
-def reap(in_flight: int | None = None) -> Reaped:
+def reap(backlog: Backlog | None = None) -> Reaped:
     """Recover what crashes and lost messages left behind, and send what is due. The runs it
-    found lost are returned for history to record. ``in_flight``: messages the broker holds
-    now, if the sender can tell (see ``ledger.reap``)."""
+    found lost are returned for history to record. ``backlog``: how long the broker's oldest
+    waiting messages have waited, if the sender can tell (see ``ledger.reap``)."""
     conf = settings()
-    found = ledger.reap(conf.redispatch_after, conf.backoff(), in_flight)
+    found = ledger.reap(conf.redispatch_after, conf.backoff(), backlog)
     send(found.dispatches)
     return found

@@ -197,6 +197,7 @@ class Soak:
             self.count("children deleted behind the operator's back")
 
     def kill(self, group: list[Proc], what: str) -> None:
+        self.supervise()  # a process that already exited on its own is counted as such
         victim = self.rng.choice(group)
         victim.signal(signal.SIGKILL)
         victim.popen.wait(10)
@@ -248,6 +249,7 @@ class Soak:
             for fault in self.rng.sample(funcs[1:], len(funcs) - 1):
                 self.change_objects()
                 fault()
+                self.supervise()
         import redis
 
         broker = redis.Redis.from_url(self.redis_url, socket_timeout=2)

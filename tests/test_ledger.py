@@ -26,8 +26,8 @@ LEASE = 30.0
 QUICK = Backoff(0.05, 0.4)  # lost runs' backoff in these tests
 
 
-def reap(in_flight: int | None = None) -> ledger.Reaped:
-    return ledger.reap(redispatch_after=60, backoff=QUICK, in_flight=in_flight)
+def reap(backlog: ledger.Backlog | None = None) -> ledger.Reaped:
+    return ledger.reap(redispatch_after=60, backoff=QUICK, backlog=backlog)
 
 
 def key(name: str, ns: str = "ns") -> Key:
@@ -205,10 +205,12 @@ def test_a_waiting_backlog_is_not_sent_again_while_the_broker_holds_its_messages
     ledger.enqueue(keys, "added")
     WorkItem.objects.update(dispatched_at=WorkItem.objects.first().dispatched_at.replace(
         year=2000))  # waiting for ages, behind a long backlog
-    assert reap(in_flight=50).dispatches == []
-    assert reap(in_flight=60).dispatches == []  # stale extras in the broker are fine too
-    assert len(reap(in_flight=0).dispatches) == 50  # Redis restarted empty: send all again
-    assert reap(in_flight=0).dispatches == []  # once per redispatch interval, not per pass
+    ages = 30 * 365 * 86400.0  # the oldest message in the queue is older still
+    assert reap(ledger.Backlog({key("a").reconciler: ages})).dispatches == []
+    assert reap(ledger.Backlog({}, other=ages)).dispatches == []
+    # Their queue moved on (Redis restarted empty, say): send all again...
+    assert len(reap(ledger.Backlog({key("a").reconciler: 0.0}, other=ages)).dispatches) == 50
+    assert reap(ledger.Backlog({})).dispatches == []  # ...once per interval, not per pass
 
 
 def test_a_queued_key_whose_message_vanished_is_sent_again():

@@ -71,40 +71,91 @@ def test_every_retry_is_a_new_message_with_the_id_of_its_token(operator, kube):
 
 def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
     from reconcilers import tasks
-    from reconcilers.models import WorkItem
 
+    settings.RECONCILERS_REDISPATCH_AFTER = 0.5
     keys = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(30)]
     workqueue.add(keys, "manual")  # 30 messages wait in Redis: no worker runs
-    assert tasks.broker_in_flight() == 30
-    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")  # waiting for ages
+    time.sleep(1.2)
+    backlog = tasks.broker_backlog()
+    assert 1.0 < backlog.other < 5.0  # the oldest waiting message says when it was sent
     assert tasks.reap() == 0  # a backlog, not a loss: nothing is multiplied
+    time.sleep(0.8)
+    assert tasks.reap() == 0  # however long it waits
+
     redis_client.flushdb()  # Redis restarted empty
     assert tasks.reap() == 30
-    assert tasks.broker_in_flight() == 30
-    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
+    assert redis_client.llen("celery") == 30
+    assert tasks.reap() == 0  # once per redispatch interval, not per pass
+    time.sleep(1.2)
+    assert tasks.reap() == 0  # and the re-sent messages wait like any others
+
+
+def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, settings):
+    """A worker that died (or hangs) holding messages: they left the queue but no run claimed
+    them, while the messages behind them still wait their turn."""
+    from reconcilers import tasks
+
+    settings.RECONCILERS_REDISPATCH_AFTER = 0.5
+    taken = [Key("widgets.nowhere.example.com", "ns", f"taken{i}") for i in range(3)]
+    workqueue.add(taken, "manual")
+    for _ in taken:
+        assert redis_client.rpop("celery") is not None
+    time.sleep(1.0)
+    waiting = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(10)]
+    workqueue.add(waiting, "manual")
+    # Stale messages (a key's earlier token) at the head of the queue do not hide the loss.
+    tasks.publish(workqueue.Dispatch(waiting[0], 99), "stale")
+    assert tasks.reap() == 3
     assert tasks.reap() == 0
+    assert redis_client.llen("celery") == 11 + 3
 
 
-def test_messages_a_dead_worker_took_long_ago_count_as_lost(redis_client, settings):
-    import json
-    import time as clock
+def test_one_lost_message_is_sent_again_by_the_reaper_running_in_a_worker(celery_worker,
+                                                                           redis_client):
+    """The reaper runs as a Celery task itself: its own message (and any other the workers
+    hold at that moment) must not hide a single lost one."""
+    from reconcilers import tasks
+    from reconcilers.models import WorkItem
+
+    key = Key("widgets.nowhere.example.com", "ns", "lost")
+    workqueue.add([key], "manual")
+    assert redis_client.rpop("celery") is not None  # taken by a worker that then died
+    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
+    celery_worker()
+    tasks.reap.delay()
+
+    (record,) = _records(key, 1)
+    assert record.outcome == "permanent" and record.task_id == f"{key}#1"
+
+
+def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
+    """A worker process keeps its database connection between tasks; when PostgreSQL drops
+    it, the next beat task must reconnect, not fail on the dead connection for ever."""
+    from django.db import connection
 
     from reconcilers import tasks
     from reconcilers.models import WorkItem
 
-    keys = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(10)]
-    workqueue.add(keys, "manual")
-    # A worker took 3 messages (Redis keeps them in its unacked set) and then died.
-    for tag in range(3):
-        message = redis_client.rpop("celery")
-        redis_client.hset("unacked", f"tag{tag}", json.dumps([message.decode(), "", "celery"]))
-        redis_client.zadd("unacked_index", {f"tag{tag}": clock.time() - 3600})
-    WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
-    assert tasks.broker_in_flight() == 7
-    assert tasks.reap() == 10  # the lost three come back (with the rest, once)
+    worker = celery_worker()  # one process: every task below runs on the same connection
+    tasks.resync.delay()
+    worker.wait_for_log("reconcilers.resync", timeout=30)
+    time.sleep(1)
+    with connection.cursor() as cursor:  # PostgreSQL ends every other session
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE pid <> pg_backend_pid() AND datname = current_database()")
+    key = Key("widgets.nowhere.example.com", "ns", "after-restart")
 
-    # Taken just now by a live worker: still deliverable, nothing is sent again.
-    redis_client.zadd("unacked_index", {f"tag{t}": clock.time() for t in range(3)})
+    def broker_down(dispatch, task_id):
+        raise ConnectionError("Redis is restarting")
+
+    workqueue.set_sender(broker_down)  # lost: only the reaper can bring it back
+    try:
+        workqueue.add([key], "manual")
+    finally:
+        workqueue.set_sender(tasks.publish)
     WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
-    assert tasks.broker_in_flight() == 20
-    assert tasks.reap() == 0
+    for beat_task in (tasks.resync, tasks.resync, tasks.reap, tasks.reap):
+        beat_task.delay()
+
+    (record,) = _records(key, 1)
+    assert record.outcome == "permanent", worker.log()[-3000:]
