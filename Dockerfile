@@ -39,6 +39,8 @@ RUN SECRET_KEY=collectstatic-only DATABASE_URL=postgres://collectstatic@127.0.0.
  && python -m compileall -q /app
 USER 10001:10001
 EXPOSE 8000
-# gunicorn's control socket would need a writable home; nothing here uses it.
+# gunicorn's control socket would need a writable home; nothing here uses it. Its workers share
+# one metrics directory (emptied at start), so /metrics shows all of them; the watcher and the
+# worker make their own (reconcilers/metrics.py).
 CMD ["sh", "-c", \
-     "exec gunicorn operator_project.wsgi --bind \"$WEB_BIND\" --access-logfile - --no-control-socket"]
+     "d=\"${PROMETHEUS_MULTIPROC_DIR:-/tmp/web-metrics}\" && mkdir -p \"$d\" && rm -f \"$d\"/*.db && export PROMETHEUS_MULTIPROC_DIR=\"$d\" && exec gunicorn operator_project.wsgi --bind \"$WEB_BIND\" --access-logfile - --no-control-socket"]

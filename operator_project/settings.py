@@ -153,14 +153,22 @@ CELERY_TIMEZONE = TIME_ZONE
 # Beat's periodic tasks (reaper, resync, history pruning) are added by the reconcilers app
 # itself (reconcilers/tasks.py); an entry of the same name here would override it.
 
+# LOG_FORMAT=json: one JSON object per line, each line of a run carrying its reconciler,
+# namespace, name, trigger, attempt, task id and record id (reconcilers/logs.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "reconcilers.logs.JsonFormatter"},
     },
+    "filters": {"run": {"()": "reconcilers.logs.RunFields"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                    "filters": ["run"]},
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
@@ -168,6 +176,9 @@ LOGGING = {
         "urllib3": {"level": "WARNING"},
     },
 }
+# Celery logs through the configuration above (the same format, the run's fields) instead of
+# replacing the root logger's handlers with its own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 
 # === Deployment: production hardening and health checks ======================================
@@ -190,7 +201,7 @@ if _proxy_ssl_header and not SECURE_SSL_REDIRECT:
     # W008 asks for SECURE_SSL_REDIRECT; the declared proxy does the redirect instead.
     SILENCED_SYSTEM_CHECKS = [*globals().get("SILENCED_SYSTEM_CHECKS", []), "security.W008"]
 # Probes (compose healthchecks, kubelet) speak plain HTTP to the process, not through the proxy.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
@@ -205,4 +216,8 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 # the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)
+# /metrics, /healthz and /readyz of the processes that are not web servers (reconcilers/
+# probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
+OPERATOR_WATCHER_HTTP_PORT = env_int("OPERATOR_WATCHER_HTTP_PORT", 8081)
+OPERATOR_WORKER_HTTP_PORT = env_int("OPERATOR_WORKER_HTTP_PORT", 8082)
 # === End of deployment settings ================================================================

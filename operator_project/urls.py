@@ -1,4 +1,5 @@
-"""URLs: the admin at /admin/; liveness at /healthz and readiness at /readyz (reconcilers/health.py)."""
+"""URLs: the admin at /admin/; liveness at /healthz, readiness at /readyz and Prometheus
+metrics at /metrics (reconcilers/health.py)."""
 
 from django.contrib import admin
 from django.urls import path
@@ -9,4 +10,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]

@@ -36,7 +36,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
-from . import kube
+from . import kube, metrics
+from .probes import check_database, check_redis
 from .cache import get_redis
 from .watch import HEARTBEAT_KEY as WATCHER_HEARTBEAT_KEY
 
@@ -67,37 +68,13 @@ def _ms_since(start: float) -> float:
 # --- readiness: the web role's dependencies ---------------------------------------------------
 
 
-def check_database(timeout: float) -> None:
-    """``SELECT 1`` on a connection of this thread, closed afterwards (probes run in threads)."""
-    from django.db import connections
-
-    conn = connections["default"]
-    # Bounded like the other checks: a black-holed database must not hang the probe.
-    conn.settings_dict = {**conn.settings_dict, "OPTIONS": {
-        **conn.settings_dict.get("OPTIONS", {}), "connect_timeout": max(1, int(timeout))}}
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SET statement_timeout = %s", [int(timeout * 1000)])
-            cursor.execute("SELECT 1")
-    finally:
-        conn.close()
-
-
-def check_redis(timeout: float) -> None:
-    import redis
-
-    with redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=timeout,
-                              socket_timeout=timeout) as client:
-        client.ping()
-
-
 def check_apiserver(timeout: float) -> None:
     kube.version(kube.api_client(), timeout=timeout)
 
 
 READINESS_CHECKS: dict[str, Callable[[float], None]] = {
     "database": check_database,
-    "redis": check_redis,
+    "redis": lambda timeout: check_redis(settings.REDIS_URL, timeout),
     "apiserver": check_apiserver,
 }
 
@@ -108,11 +85,14 @@ def readiness(timeout: float | None = None) -> dict[str, CheckResult]:
     pool = ThreadPoolExecutor(max_workers=len(READINESS_CHECKS), thread_name_prefix="readyz")
     futures = {name: pool.submit(_timed, check, timeout)
                for name, check in READINESS_CHECKS.items()}
-    wait(futures.values(), timeout=timeout + 1)
+    # libpq (and psycopg) never time a connect out in under 2 s: a budget below that would
+    # abandon the database check just before it fails by itself.
+    budget = max(timeout, 2.0) + 1
+    wait(futures.values(), timeout=budget)
     # Never wait for a hung check: its thread finishes (or not) after the response is sent.
     pool.shutdown(wait=False, cancel_futures=True)
     return {
-        name: f.result() if f.done() else CheckResult(False, (timeout + 1) * 1000, "Timeout")
+        name: f.result() if f.done() else CheckResult(False, budget * 1000, "Timeout")
         for name, f in futures.items()
     }
 
@@ -129,6 +109,14 @@ def readyz(request: HttpRequest) -> JsonResponse:
     body = {"status": "ready" if ok else "unready",
             "checks": {name: asdict(r) for name, r in results.items()}}
     return JsonResponse(body, status=200 if ok else 503)
+
+
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus text of this web process (adds and messages from admin actions, ...).
+    Several gunicorn workers share one ``PROMETHEUS_MULTIPROC_DIR`` (the image sets it)."""
+    body, content_type = metrics.exposition()
+    return HttpResponse(body, content_type=content_type)
 
 
 # --- processes in this container: the worker's node, the watcher's pid -----------------------

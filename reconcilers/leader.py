@@ -48,6 +48,7 @@ class LeaderElector:
         self._observed: tuple | None = None  # the Lease record last seen
         self._observed_at = 0.0  # local clock when it last changed
         self._renewed_at = 0.0  # local clock of our last successful acquire/renew
+        self._answered_at: float | None = None  # local clock of the last round that got answers
         # Every call returns (or fails) well inside the renew deadline.
         self._timeout = (min(2.0, self.renew_deadline / 4), self.renew_deadline / 3)
 
@@ -107,6 +108,7 @@ class LeaderElector:
         """One campaign round, then ``is_leader`` follows the rules in the module docstring."""
         try:
             won = self.try_acquire_or_renew()
+            self._answered_at = self._clock()
         except Exception as exc:
             log.warning("leader election: %s", exc)
             won = False
@@ -118,6 +120,12 @@ class LeaderElector:
             log.warning("leader election: %s could not renew for %.1fs; stepping down",
                         self.identity, self._clock() - self._renewed_at)
             self.is_leader.clear()
+
+    def campaigning(self) -> bool:
+        """The api-server answered a round within the last lease: a standby that can take
+        over (readiness of a watcher that does not lead)."""
+        answered = self._answered_at
+        return answered is not None and self._clock() - answered < self.lease_seconds
 
     def run(self, stop: threading.Event) -> None:
         """Campaign and renew until ``stop``; ``is_leader`` follows the outcome."""

@@ -57,6 +57,7 @@ class Claim:
     attempts: int
     triggers: list[str]
     audit_ids: list[int]
+    waited: float = 0.0  # seconds from ready (enqueued, or due after a backoff) to claimed
     # Local monotonic time (it keeps counting while the process is stopped) a second before
     # the lease ends in the database: past it the reaper may already have given the key to
     # another run, so this one must stop writing.
@@ -159,7 +160,8 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
               -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
               AND (state = 'queued'
                    OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
-            RETURNING id, attempts, running_triggers, running_audit
+            RETURNING id, attempts, running_triggers, running_audit,
+                extract(epoch FROM now() - greatest(enqueued_at, coalesce(due_at, enqueued_at)))
             """,
             {"lease": lease_seconds, "worker": worker, "r": key.reconciler, "ns": key.namespace,
              "n": key.name, "token": token},
@@ -168,7 +170,8 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     if row is None:
         return None
     return Claim(id=row[0], key=key, token=token, attempts=row[1], triggers=list(row[2]),
-                 audit_ids=list(row[3]), held_until=started + lease_seconds - 1.0)
+                 audit_ids=list(row[3]), waited=max(0.0, float(row[4] or 0)),
+                 held_until=started + lease_seconds - 1.0)
 
 
 def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch | None:
@@ -317,6 +320,25 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
                  for r, ns, n, _token, attempts, trig in lost]
     dispatches = [Dispatch(Key(r, ns, n), token) for r, ns, n, token in resend + due]
     return Reaped(lost_runs, dispatches)
+
+
+def stats() -> list[tuple[str, str, int, float, float]]:
+    """Per reconciler and state: rows, and for running rows the seconds they have run in
+    total and the longest (client-go's unfinished work and longest running processor)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = 2000")  # a scrape must not hang
+        cursor.execute(
+            f"""
+            SELECT reconciler, state, count(*),
+                coalesce(sum(extract(epoch FROM now() - started_at))
+                         FILTER (WHERE state = 'running'), 0),
+                coalesce(max(extract(epoch FROM now() - started_at))
+                         FILTER (WHERE state = 'running'), 0)
+            FROM {TABLE} GROUP BY reconciler, state ORDER BY reconciler, state
+            """
+        )
+        return [(r, st, n, float(total), float(longest)) for r, st, n, total, longest
+                in cursor.fetchall()]
 
 
 def forget_gone(older_than: float) -> int:

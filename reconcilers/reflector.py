@@ -24,7 +24,7 @@ import threading
 import uuid
 from typing import Callable, Iterator
 
-from . import cache, kube
+from . import cache, kube, metrics
 from .conf import settings
 from .models import Trigger
 from .vocab import GVR, object_path, split_object_path
@@ -57,6 +57,12 @@ class Reflector:
         self._resp = None
         self._run_id = uuid.uuid4().hex[:12]  # makes each journal token unique
         self._changes = 0
+        scope = (gvr.id, namespace or "")
+        self._events = {t: metrics.watch_events_total.labels(*scope, t)
+                        for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")}
+        self._relists = {r: metrics.relists_total.labels(*scope, r)
+                         for r in ("initial", "expired", "requested")}
+        self._errors = metrics.watch_errors_total.labels(*scope)
 
     def abort(self) -> None:
         """Stop now: set the stop flag and close the open watch connection."""
@@ -86,6 +92,8 @@ class Reflector:
         while not self.stop_event.is_set():
             try:
                 if first or not self.resource_version or self.relist_requested.is_set():
+                    self._relists["initial" if first else "requested"
+                                  if self.relist_requested.is_set() else "expired"].inc()
                     self.list(api, initial=first)
                     # Cleared once the cache is refilled: until then, asking again is moot.
                     self.relist_requested.clear()
@@ -100,6 +108,7 @@ class Reflector:
                 if self.relist_requested.is_set() and not self.stop_event.is_set():
                     continue  # we closed the watch ourselves
                 self._note("error", f"{type(exc).__name__}: {exc}")
+                self._errors.inc()
                 log.warning("%s: %s; reconnecting in %.1fs", self.gvr.id, exc, delay)
                 self.stop_event.wait(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 30.0)
@@ -196,6 +205,9 @@ class Reflector:
             raise kube.ApiError(status=obj.get("code") or 500, reason=obj.get("reason", ""),
                                 message=obj.get("message", ""))
         rv = (obj.get("metadata") or {}).get("resourceVersion")
+        counter = self._events.get(kind)
+        if counter is not None:
+            counter.inc()
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             return

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from django.db import close_old_connections, connection, transaction
 
-from . import cache, history, kube, workqueue
+from . import cache, history, kube, logs, metrics, workqueue
 from .conf import RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
@@ -109,7 +109,6 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
     registry = registry or default_registry
     key = Key.parse(key_text)
     worker = worker or worker_identity()
-    conf = settings()
     try:
         cls: type[Reconciler] | None = registry.get_class(key.reconciler)
     except NotRegistered:
@@ -118,7 +117,19 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
     close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire stale ones
     claim = workqueue.claim(key, token, worker, limits.lease)
     if claim is None:
+        metrics.messages_stale_total.labels(key.reconciler).inc()
         return RunReport(dropped=True)
+    metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
+    with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
+                    trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
+                    task_id=task_id):
+        return _run_claimed(claim, cls, registry, worker, task_id)
+
+
+def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry, worker: str,
+                 task_id: str) -> RunReport:
+    key, conf = claim.key, settings()
+    limits = RunLimits.of(cls and cls.timeout)
 
     started = utcnow()
     t0 = time.perf_counter()
@@ -150,13 +161,19 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
             f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
             f"{decision.error_message or decision.error_class}")[:4000])
 
-    if decision.outcome in (Outcome.ERROR, Outcome.PERMANENT):
-        log.warning("%s: %s after %.1f ms: %s", key, decision.outcome, duration * 1000,
-                    decision.error_message)
     facts = history.RunFacts(started=started, duration=duration, worker=worker, task_id=task_id,
                              obj=seen.obj, final=seen.final, events=seen.events,
                              phase=seen.phase)
+    t1 = time.perf_counter()
     record_id, follow_up = _finish(claim, decision, facts)
+    if record_id is not None:  # a run whose record rolled back (lease lost) is not counted
+        metrics.history_write_seconds.observe(time.perf_counter() - t1)
+        metrics.observe_run(key.reconciler, decision.outcome, duration,
+                            retry=decision.delay is not None and decision.attempts > 0)
+        logs.bind(record_id=record_id)
+    if decision.outcome in (Outcome.ERROR, Outcome.PERMANENT):
+        log.warning("%s: %s after %.1f ms: %s", key, decision.outcome, duration * 1000,
+                    decision.error_message)
     return RunReport(outcome=decision.outcome, error=decision.error_message,
                      record_id=record_id, follow_up=follow_up)
 

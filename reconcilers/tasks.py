@@ -17,11 +17,13 @@ import logging
 import os
 import time
 
-from celery import Task, current_app, shared_task
+from celery import Task, bootsteps, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.worker import state
+from django.conf import settings as django_settings
 from django import db
 
-from . import history, resync as resyncs, runner, workqueue
+from . import history, metrics, probes, resync as resyncs, runner, workqueue
 from .conf import RunLimits, settings
 from .registry import NotRegistered, registry
 
@@ -102,6 +104,8 @@ def reap() -> int:
     found = workqueue.reap(broker_backlog())
     if found.lost_runs:
         history.record_lost_runs(found.lost_runs)
+        for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so
+            metrics.observe_lost_run(key.reconciler)
     return len(found.dispatches)
 
 
@@ -168,6 +172,52 @@ def beat_schedule() -> dict[str, dict]:
     }
 
 
+class WorkerProbes:
+    """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``),
+    served by its main process: live while its consumer has not shut down, ready while it
+    consumes from the broker and PostgreSQL answers. Its scrape adds the pool's size and the
+    runs in progress (children count everything else into the multiprocess files)."""
+
+    def __init__(self, consumer) -> None:
+        self.consumer = consumer
+
+    def live(self) -> dict[str, bool]:
+        return {"worker": self.consumer.controller.blueprint.state in (None, bootsteps.RUN)}
+
+    def ready(self) -> dict[str, bool]:
+        url = current_app.conf.broker_url
+        return {"consuming": self.consumer.blueprint.state == bootsteps.RUN,
+                "broker": probes.answers(lambda t: probes.check_redis(url, t)),
+                "database": probes.answers(probes.check_database)}
+
+    def gauges(self) -> list[tuple[str, str, list[str], list]]:
+        active: dict[str, int] = {cls.name(): 0 for cls in registry}
+        for request in list(state.active_requests):
+            name = request.task_name.partition(":")[2]
+            if request.task_name.startswith("reconcile:") and name in active:
+                active[name] += 1
+        concurrency = self.consumer.controller.concurrency
+        return [
+            ("controller_runtime_max_concurrent_reconciles",
+             "Maximum number of concurrent reconciles per controller", ["controller"],
+             [((name,), concurrency) for name in active]),
+            ("controller_runtime_active_workers",
+             "Number of currently used workers per controller", ["controller"],
+             [((name,), n) for name, n in active.items()]),
+        ]
+
+
+def _serve_worker_probes(sender, **_) -> None:
+    worker = WorkerProbes(sender)
+    probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
+                                 [metrics.Computed(worker.gauges)]),
+                 getattr(django_settings, "OPERATOR_WORKER_HTTP_PORT", 8082))
+
+
+def _child_exited(**_) -> None:
+    metrics.process_exited(os.getpid())
+
+
 def install() -> None:
     """Tasks for every registered reconciler, the work queue's sender, beat's schedule (a
     project's own ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
@@ -178,3 +228,5 @@ def install() -> None:
                                f"{SoftTimeLimitExceeded.__qualname__}")
     app = current_app
     app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}
+    signals.worker_ready.connect(_serve_worker_probes, weak=False)
+    signals.worker_process_shutdown.connect(_child_exited, weak=False)

@@ -20,13 +20,15 @@ import time
 from collections import defaultdict
 from typing import Any, Callable
 
+from django.conf import settings as django_settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from . import cache, workqueue
+from . import cache, metrics, workqueue
 from .conf import settings
 from .handlers import OWNED, PRIMARY, Handler, Router
 from .models import Trigger, WatchStream
+from .probes import Endpoint, answers, check_database, check_redis
 from .reflector import Reflector
 from .spec import Reconciler
 from .vocab import GVR, Key, split_object_path
@@ -198,6 +200,66 @@ class Stream:
     def abort(self) -> None:
         self.reflector.abort()
 
+    @property
+    def synced(self) -> bool:
+        """Listed, and not waiting for a relist: its part of the cache is complete."""
+        return bool(self.reflector.resource_version)
+
+
+class Health:
+    """What a watcher's probes and scrape-time metrics read: when its loop last turned, its
+    leadership, its streams. Written by the watcher's main thread, read by the probe server."""
+
+    LOOP_MAX_AGE = 60.0
+
+    def __init__(self, elector=None) -> None:
+        self.elector = elector
+        self.streams: list[Stream] = []
+        self._tick = time.monotonic()
+
+    def tick(self) -> None:
+        self._tick = time.monotonic()
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader.is_set()
+
+    def live(self) -> dict[str, bool]:
+        return {"loop": time.monotonic() - self._tick < self.LOOP_MAX_AGE}
+
+    def ready(self) -> dict[str, bool]:
+        """Leading with every stream's cache synced, or a standby the api-server answers;
+        either way with PostgreSQL (the ledger) and Redis (the cache) answering."""
+        checks = {"database": answers(check_database),
+                  "redis": answers(lambda t: check_redis(django_settings.REDIS_URL, t))}
+        if not self.leading:
+            return {**checks, "standby": self.elector.campaigning()}
+        streams = list(self.streams)
+        return {**checks, "leading": True,
+                "caches synced": bool(streams) and all(s.synced for s in streams)}
+
+    def gauges(self) -> list[tuple[str, str, list[str], list]]:
+        streams = list(self.streams) if self.leading else []
+        families = [
+            ("operator_leader", "1 while this watcher leads (runs the streams)", [],
+             [((), 1.0 if self.leading else 0.0)]),
+            ("operator_cache_objects", "Objects this watcher's streams hold in the cache",
+             ["resource", "namespace"],
+             [((s.gvr.id, s.namespace or ""), len(s.reflector.known)) for s in streams]),
+            ("operator_stream_synced", "1 when the stream's part of the cache is complete",
+             ["resource", "namespace"],
+             [((s.gvr.id, s.namespace or ""), float(s.synced)) for s in streams]),
+        ]
+        if self.leading:  # one source for the ledger's figures: the leader
+            try:
+                families += workqueue.gauges()
+            finally:
+                connection.close()  # each scrape has its own thread, and so its own connection
+        return families
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint("watcher", self.live, self.ready, [metrics.Computed(self.gauges)])
+
 
 def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
                   stop: threading.Event, holder: str = "") -> list[Stream]:
@@ -253,14 +315,18 @@ def heartbeat(identity: str) -> None:
         log.warning("heartbeat failed: %s", exc)
 
 
-def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str) -> None:
+def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
+                health: Health | None = None) -> None:
     """Run streams in threads until ``until()`` is true; heartbeat meanwhile."""
+    health = health or Health()
+    health.streams = streams
     threads = [threading.Thread(target=s.run, daemon=True, name=f"stream:{s.gvr.id}")
                for s in streams]
     for t in threads:
         t.start()
     while not until():
         heartbeat(identity)
+        health.tick()
         for s in streams:
             # Keep the synced marker alive; if Redis restarted empty it is gone: relist.
             if (s.status.resource_version and not s.reflector.relist_requested.is_set()
@@ -272,6 +338,7 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str)
         s.abort()
     for t in threads:
         t.join(15)
+    health.streams = []
     connection.close()
 
 

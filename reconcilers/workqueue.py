@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 from django.db import transaction
 
-from . import ledger
+from . import ledger, metrics
 from .conf import settings
 from .decision import Decision
 from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped
@@ -62,7 +62,9 @@ def send(dispatches: Sequence[Dispatch]) -> int:
         try:
             _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
             sent += 1
+            metrics.messages_sent_total.labels(d.key.reconciler).inc()
         except Exception as exc:  # broker down: the reaper re-sends from the ledger
+            metrics.messages_unsent_total.labels(d.key.reconciler).inc()
             log.error("could not send %s (token %s): %s; the reaper will retry",
                       d.key, d.token, exc)
     return sent
@@ -83,7 +85,16 @@ def add(keys: Iterable[Key], trigger: str, audit_id: int | None = None) -> int:
     """
     dispatches = ledger.enqueue(keys, trigger, audit_id, batch=settings().enqueue_batch)
     _send_on_commit(dispatches)
+    _count_adds(dispatches)
     return len(dispatches)
+
+
+def _count_adds(dispatches: Sequence[Dispatch]) -> None:
+    per: dict[str, int] = {}
+    for d in dispatches:
+        per[d.key.reconciler] = per.get(d.key.reconciler, 0) + 1
+    for name, count in per.items():
+        metrics.adds_total.labels(name).inc(count)
 
 
 def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | None:
@@ -121,4 +132,30 @@ def reap(backlog: Backlog | None = None) -> Reaped:
     conf = settings()
     found = ledger.reap(conf.redispatch_after, conf.backoff(), backlog)
     send(found.dispatches)
+    if found.lost_runs:
+        metrics.reaper_recoveries_total.labels("lost_run").inc(len(found.lost_runs))
+    if found.dispatches:
+        metrics.reaper_recoveries_total.labels("sent").inc(len(found.dispatches))
     return found
+
+
+def gauges() -> list[tuple[str, str, list[str], list]]:
+    """The ledger's figures for a scrape (``metrics.Computed``): depth (queued keys), keys by
+    state, and the running keys' unfinished work and longest run."""
+    rows = ledger.stats()
+    queued = {r: 0 for r, *_ in rows}  # 0, not a missing series, once the queue drains
+    queued.update({r: n for r, state, n, _, _ in rows if state == "queued"})
+    depth = [((r,), n) for r, n in queued.items()]
+    running = [(r, total, longest) for r, state, _, total, longest in rows
+               if state == "running"]
+    return [
+        ("workqueue_depth", "Current depth of workqueue", ["name"], depth),
+        ("operator_ledger_items", "Keys in the work ledger by state", ["name", "state"],
+         [((r, state), n) for r, state, n, _, _ in rows]),
+        ("workqueue_unfinished_work_seconds",
+         "How many seconds of work has been done that is in progress and hasn't been "
+         "observed by work_duration", ["name"], [((r,), total) for r, total, _ in running]),
+        ("workqueue_longest_running_processor_seconds",
+         "How many seconds has the longest running processor for workqueue been running",
+         ["name"], [((r,), longest) for r, _, longest in running]),
+    ]

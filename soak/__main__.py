@@ -95,6 +95,8 @@ class Soak:
                 "DATABASE_URL": self.db_url, "REDIS_URL": self.redis_url,
                 "KUBECONFIG": str(self.cfg.kubeconfig), "PYTHONUNBUFFERED": "1",
                 "SOAK_TRACE": str(self.trace), "LOG_LEVEL": "WARNING", "OPERATOR_SAMPLES": "0",
+                # Several watchers and workers on one host: no HTTP endpoints to collide.
+                "OPERATOR_WATCHER_HTTP_PORT": "0", "OPERATOR_WORKER_HTTP_PORT": "0",
                 "RECONCILERS_NAMESPACES": ",".join(self.ns),
                 "RECONCILERS_LEASE_NAME": f"soak-{self.run_id}",
                 "RECONCILERS_REAPER_INTERVAL": "1", "RECONCILERS_REDISPATCH_AFTER": "5",
@@ -213,13 +215,7 @@ class Soak:
 
     def restart_postgres(self) -> None:
         """A fast shutdown (every client cut off at once), a pause, a start."""
-        postmaster = int((services._pg_data_dir(self.cfg) / "postmaster.pid").read_text()
-                         .split()[0])
-        os.kill(postmaster, signal.SIGINT)
-        deadline = time.monotonic() + 60
-        while process.pid_alive(postmaster) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        process.stop("postgres", self.cfg.run_dir)  # the wrapper process, if still there
+        services.stop_postgres(self.cfg)
         time.sleep(self.rng.uniform(0.5, 3))
         services.start_postgres(self.cfg)
         self.count("PostgreSQL restarted")

@@ -175,6 +175,9 @@ def start_process(request, worker_db_url, stack) -> Iterator[Callable[..., Proce
             "DEBUG": "1",
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "PYTHONUNBUFFERED": "1",
+            # Many watchers and workers share this host: endpoints only where a test asks.
+            "OPERATOR_WATCHER_HTTP_PORT": "0",
+            "OPERATOR_WORKER_HTTP_PORT": "0",
             **(env or {}),
         }
         popen = subprocess.Popen(

@@ -113,3 +113,13 @@ def test_the_runner_has_no_celery():
     _, outer = _imports()
     assert "celery" not in outer["reconcilers.runner"]
     assert "celery" not in outer["reconcilers.workqueue"]
+
+
+def test_only_the_metrics_module_imports_prometheus_client():
+    """It must settle the multiprocess directory before prometheus_client is first imported."""
+    _, outer = _imports()
+    assert sorted(m for m, pkgs in outer.items() if "prometheus_client" in pkgs) == [
+        "reconcilers.metrics"]
+    inner, _ = _imports()
+    assert inner["reconcilers.metrics"] == set()
+    assert inner["reconcilers.probes"] <= {"reconcilers.metrics"}

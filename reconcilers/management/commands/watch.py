@@ -6,10 +6,11 @@ import signal
 import threading
 import uuid
 
+from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from reconcilers import crds, leader, watch
+from reconcilers import crds, leader, probes, watch
 from reconcilers.conf import settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -32,15 +33,19 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         # Unique per process even where containers share a host name and pid numbers.
         identity = f"{worker_identity()}:{uuid.uuid4().hex[:8]}"
+        health = watch.Health()
+        probes.serve(health.endpoint(),
+                     getattr(django_settings, "OPERATOR_WATCHER_HTTP_PORT", 8081))
         if not names:
             # Idle rather than exit: a restart loop helps nobody; the message says what to do.
             self.stderr.write("no reconcilers are registered: add an app with a reconcilers.py "
                               "to INSTALLED_APPS (or OPERATOR_SAMPLES=1); idling")
             while not stop.wait(5):
                 watch.heartbeat(identity)
+                health.tick()
             return
         classes = [registry.get_class(n) for n in names]
-        if not self._start_up(classes, stop):
+        if not self._start_up(classes, stop, health):
             return
 
         elector = None
@@ -49,12 +54,14 @@ class Command(BaseCommand):
             elector = leader.LeaderElector(identity, conf.lease_namespace, conf.lease_name,
                                            conf.leader_lease_seconds)
             threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
+        health.elector = elector
 
         self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")
         self.stdout.flush()
         while not stop.is_set():
             if elector is not None and not elector.is_leader.wait(1):
                 watch.heartbeat(identity)
+                health.tick()
                 continue
             self.stdout.write("leading: starting streams")
             self.stdout.flush()
@@ -64,7 +71,8 @@ class Command(BaseCommand):
             streams = watch.build_streams(classes, enqueuer, term, identity)
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
-                elector is not None and not elector.is_leader.is_set()), identity=identity)
+                elector is not None and not elector.is_leader.is_set()), identity=identity,
+                health=health)
             term.set()
             enqueuer.join(15)
         self.stdout.write("watch stopped")
@@ -86,7 +94,7 @@ class Command(BaseCommand):
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _start_up(self, classes: list, stop: threading.Event) -> bool:
+    def _start_up(self, classes: list, stop: threading.Event, health: watch.Health) -> bool:
         """Record the reconcilers and install their CRDs, retrying while PostgreSQL or the
         api-server is unreachable: a watcher restarted during an outage waits it out instead
         of exiting. False when told to stop first."""
@@ -100,6 +108,7 @@ class Command(BaseCommand):
             except Exception as exc:
                 self.stderr.write(f"start-up failed ({type(exc).__name__}: {exc}); "
                                   f"retrying in {delay:.1f}s")
+                health.tick()  # waiting out an outage is alive, not hung
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
         return False

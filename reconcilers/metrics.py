@@ -1,0 +1,171 @@
+"""Prometheus metrics, named as controller-runtime names them.
+
+A kubebuilder dashboard or alert (``controller_runtime_reconcile_total``,
+``workqueue_depth``, ...) works unchanged against an operator built with this project; the
+``controller`` / ``name`` label is the reconciler's name. The project's own figures (watch
+events, relists, cache size, leadership, ledger states, messages, the reaper, history writes)
+are prefixed ``operator_``.
+
+Where each figure is counted:
+
+- a run (worker pool process): reconcile totals, errors, times, queue and work durations,
+  retries, stale messages dropped, history write time;
+- anything that adds or sends (watcher, web, beat tasks): adds, messages sent, reaper
+  recoveries;
+- at scrape time (``collectors``): the worker's concurrency and active runs, the watcher's
+  leadership and cache, and - from the leader only, so each figure has one source - the
+  ledger's depth, states and running times.
+
+Prefork workers run reconciles in child processes, so values live in prometheus_client's
+multiprocess files: ``PROMETHEUS_MULTIPROC_DIR`` if the deployer sets it (and empties it at
+start), else a private directory per program, made at import and shared with the processes it
+forks. It must be known before ``prometheus_client`` is imported, which is why this module
+settles it at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from typing import Callable, Iterable
+
+_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_MADE_ENV = "OPERATOR_METRICS_MADE_DIR"  # marks a directory this module made, not the deployer
+
+
+def _multiprocess_dir() -> str:
+    """The deployer's directory, or a new private one. A directory another program made for
+    itself (inherited through the environment by a process it started) is not shared: this
+    runs once per program, at import - prefork children inherit the module, never re-run it."""
+    path = os.environ.get(_DIR_ENV)
+    if path and path != os.environ.get(_MADE_ENV):
+        os.makedirs(path, exist_ok=True)
+        return path
+    path = tempfile.mkdtemp(prefix="operator-metrics-")
+    os.environ[_DIR_ENV] = os.environ[_MADE_ENV] = path
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+DIRECTORY = _multiprocess_dir()
+
+from prometheus_client import (  # noqa: E402  (the directory must be known first)
+    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+from prometheus_client.registry import Collector  # noqa: E402
+
+# controller-runtime's reconcile-time buckets (seconds).
+RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
+               0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8,
+               9, 10, 15, 20, 25, 30, 40, 50, 60)
+# client-go's workqueue buckets: 10^-8 .. 10^1 seconds, plus longer waits a ledger can see.
+QUEUE_BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
+
+reconcile_total = Counter(
+    "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
+    ["controller", "result"])
+reconcile_errors_total = Counter(
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller", ["controller"])
+reconcile_time_seconds = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller", ["controller"], buckets=RUN_BUCKETS)
+adds_total = Counter(
+    "workqueue_adds_total", "Total number of adds handled by workqueue", ["name"])
+queue_duration_seconds = Histogram(
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested", ["name"],
+    buckets=QUEUE_BUCKETS)
+work_duration_seconds = Histogram(
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes", ["name"],
+    buckets=QUEUE_BUCKETS)
+retries_total = Counter(
+    "workqueue_retries_total", "Total number of retries handled by workqueue", ["name"])
+
+watch_events_total = Counter(
+    "operator_watch_events_total", "Watch events received, by resource stream and type",
+    ["resource", "namespace", "type"])
+relists_total = Counter(
+    "operator_relists_total", "Lists of a resource stream (first list, 410 Gone, requested)",
+    ["resource", "namespace", "reason"])
+watch_errors_total = Counter(
+    "operator_watch_errors_total", "Failed lists or watches of a resource stream",
+    ["resource", "namespace"])
+messages_sent_total = Counter(
+    "operator_messages_sent_total", "Messages sent to the broker (one per dispatch)", ["name"])
+messages_unsent_total = Counter(
+    "operator_messages_unsent_total",
+    "Messages the broker did not take (the reaper sends them again)", ["name"])
+messages_stale_total = Counter(
+    "operator_messages_stale_total",
+    "Messages dropped because their token was no longer current (duplicates, re-sends)",
+    ["name"])
+reaper_recoveries_total = Counter(
+    "operator_reaper_recoveries_total",
+    "What the reaper recovered: runs whose worker was lost, messages sent again or due",
+    ["kind"])
+history_write_seconds = Histogram(
+    "operator_history_write_seconds",
+    "Time to record a run and end it in the ledger (one transaction)", buckets=RUN_BUCKETS)
+
+# controller-runtime's result label: success, error, requeue, requeue_after. The project's
+# own outcomes ride along under their names (gone, skipped, permanent counts as an error).
+RESULT_OF = {"permanent": "error"}
+ERRORS = {"error", "permanent"}
+
+
+def observe_run(reconciler: str, outcome: str, seconds: float, retry: bool) -> None:
+    """One finished run: its result, its time and whether the ledger retries it."""
+    reconcile_total.labels(reconciler, RESULT_OF.get(outcome, outcome)).inc()
+    if outcome in ERRORS:
+        reconcile_errors_total.labels(reconciler).inc()
+    reconcile_time_seconds.labels(reconciler).observe(seconds)
+    work_duration_seconds.labels(reconciler).observe(seconds)
+    if retry:
+        retries_total.labels(reconciler).inc()
+
+
+def observe_lost_run(reconciler: str) -> None:
+    """A run whose worker vanished, recorded by the reaper as an error."""
+    reconcile_total.labels(reconciler, "error").inc()
+    reconcile_errors_total.labels(reconciler).inc()
+
+
+def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
+    """The text a scrape gets: every process's values from the multiprocess directory, plus
+    the collectors this process computes at scrape time."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=DIRECTORY)
+    for collector in collectors:
+        registry.register(collector)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_exited(pid: int) -> None:
+    """A child process is gone: drop its live-gauge files (its counters stay counted)."""
+    multiprocess.mark_process_dead(pid, path=DIRECTORY)
+
+
+class Computed(Collector):
+    """Gauges computed when scraped, by ``compute()`` -> ``[(name, help, labels, samples)]``
+    where samples are ``(label values, value)``. A failing computation (database down)
+    yields nothing instead of failing the scrape."""
+
+    def __init__(self, compute: Callable[[], list[tuple[str, str, list[str], list]]]):
+        self._compute = compute
+
+    def collect(self):
+        try:
+            families = self._compute()
+        except Exception:  # the scrape must still answer; the failure shows as a gap
+            return
+        for name, doc, labels, samples in families:
+            family = GaugeMetricFamily(name, doc, labels=labels)
+            for values, value in samples:
+                family.add_metric(list(values), value)
+            yield family

@@ -1,0 +1,130 @@
+"""The HTTP endpoint every long-running process serves: ``/metrics``, ``/healthz``, ``/readyz``.
+
+The watcher and the worker are not web servers, so each starts this small threaded server
+beside its real work (``OPERATOR_WATCHER_HTTP_PORT``, ``OPERATOR_WORKER_HTTP_PORT``; ``0``
+turns it off). The web role answers the same three paths through Django.
+
+- ``/healthz``: the process's own loop is alive (a failing liveness probe means "restart me",
+  so it checks nothing outside the process).
+- ``/readyz``: the process can do its job now; the JSON body names each check, so whoever
+  reads a 503 sees why.
+- ``/metrics``: Prometheus text, every process of this one's tree (prefork children included)
+  plus what this process computes at scrape time.
+
+A port already taken is logged and the process carries on without the endpoint: metrics and
+probes must never stop the work they observe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from . import metrics
+
+log = logging.getLogger(__name__)
+
+Checks = Callable[[], dict[str, bool]]
+
+
+@dataclass
+class Endpoint:
+    """What one process answers. ``live`` and ``ready`` return named checks, all must pass."""
+
+    role: str
+    live: Checks
+    ready: Checks
+    collectors: list = field(default_factory=list)
+
+
+def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer | None:
+    """Serve ``endpoint`` on ``host:port`` in a daemon thread; ``None`` when off or the port
+    is taken."""
+    if not port:
+        return None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, ctype = metrics.exposition(endpoint.collectors)
+                self._answer(200, body, ctype)
+            elif path in ("/healthz", "/readyz"):
+                checks = _run(endpoint.live if path == "/healthz" else endpoint.ready)
+                ok = all(checks.values())
+                body = json.dumps({"role": endpoint.role,
+                                   "status": "ok" if ok else "failing",
+                                   "checks": checks}).encode()
+                self._answer(200 if ok else 503, body, "application/json")
+            else:
+                self._answer(404, b"not found\n", "text/plain")
+
+        def _answer(self, status: int, body: bytes, ctype: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:  # scrapes are not news
+            pass
+
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        log.error("%s: cannot serve /metrics and probes on port %s: %s; carrying on without",
+                  endpoint.role, port, exc)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True,
+                     name=f"probes:{port}").start()
+    log.info("%s: /metrics, /healthz and /readyz on port %s", endpoint.role, port)
+    return server
+
+
+def check_database(timeout: float) -> None:
+    """``SELECT 1`` on a connection of this thread, closed afterwards (probes run in threads,
+    each with its own connection)."""
+    from django.db import connections
+
+    conn = connections["default"]
+    # Bounded like the other checks: a black-holed database must not hang the probe.
+    conn.settings_dict = {**conn.settings_dict, "OPTIONS": {
+        **conn.settings_dict.get("OPTIONS", {}), "connect_timeout": max(2, int(timeout))}}
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SET statement_timeout = %s", [int(timeout * 1000)])
+            cursor.execute("SELECT 1")
+    finally:
+        conn.close()
+
+
+def check_redis(url: str, timeout: float) -> None:
+    import redis
+
+    with redis.Redis.from_url(url, socket_connect_timeout=timeout,
+                              socket_timeout=timeout) as client:
+        client.ping()
+
+
+def answers(check: Callable[[float], None], timeout: float = 2.0) -> bool:
+    """True when ``check(timeout)`` returns without raising."""
+    try:
+        check(timeout)
+        return True
+    except Exception as exc:
+        log.info("probe check %s failed: %s", getattr(check, "__name__", check), exc)
+        return False
+
+
+def _run(checks: Checks) -> dict[str, bool]:
+    try:
+        return {name: bool(ok) for name, ok in checks().items()}
+    except Exception as exc:  # a check that cannot even run is a failing check
+        log.warning("probe failed: %s", exc)
+        return {"probe": False}

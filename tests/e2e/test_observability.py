@@ -1,0 +1,203 @@
+"""Metrics and probes, scraped from real processes: a watcher, a prefork worker, web."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconcilers.models import ReconcileRecord
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+PROBE = "probes.test.operator.local"
+RESOURCE = "test.operator.local/v1/probes"  # streams are labelled by the resource they watch
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _samples(port: int) -> dict[tuple[str, frozenset], float]:
+    status, text = _get(port, "/metrics")
+    assert status == 200
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _value(samples: dict, metric: str, **labels: str) -> float:
+    return samples.get((metric, frozenset(labels.items())), 0.0)
+
+
+def _eventually(check, timeout: float = 60, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
+def _probe(api, namespace: str, name: str, spec: dict) -> None:
+    api.create_namespaced_custom_object("test.operator.local", "v1", namespace, "probes", {
+        "apiVersion": "test.operator.local/v1", "kind": "Probe", "metadata": {"name": name},
+        "spec": spec})
+
+
+def _start(operator) -> tuple[int, int]:
+    watcher_port, worker_port = _free_port(), _free_port()
+    operator.env["OPERATOR_WATCHER_HTTP_PORT"] = str(watcher_port)
+    operator.start_watcher(PROBE)
+    operator.env["OPERATOR_WORKER_HTTP_PORT"] = str(worker_port)
+    operator.start_worker(concurrency=2)
+    return watcher_port, worker_port
+
+
+def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
+    from kubernetes import client
+
+    watcher, worker = _start(operator)
+    api = client.CustomObjectsApi(kube)
+    for i in range(4):
+        _probe(api, operator.namespace, f"ok-{i}", {"value": i})
+    _probe(api, operator.namespace, "flaky", {"value": 1, "failTimes": 2})
+    _probe(api, operator.namespace, "broken", {"value": 1, "permanent": True})
+
+    def all_ran() -> None:
+        outcomes = list(ReconcileRecord.objects.filter(reconciler=PROBE)
+                        .values_list("outcome", flat=True))
+        assert outcomes.count("success") == 5 and outcomes.count("error") == 2, outcomes
+        assert outcomes.count("permanent") == 1, outcomes
+
+    _eventually(all_ran, what="every probe ran")
+    records = ReconcileRecord.objects.filter(reconciler=PROBE)
+
+    def worker_counts() -> None:
+        m = _samples(worker)
+        # Counted in two pool processes, summed by the main process's scrape.
+        assert _value(m, "controller_runtime_reconcile_total", controller=PROBE,
+                      result="success") == records.filter(outcome="success").count()
+        assert _value(m, "controller_runtime_reconcile_total", controller=PROBE,
+                      result="error") == records.filter(outcome__in=["error", "permanent"]).count()
+        assert _value(m, "controller_runtime_reconcile_errors_total", controller=PROBE) == 3
+        assert _value(m, "controller_runtime_reconcile_time_seconds_count",
+                      controller=PROBE) == records.count()
+        assert _value(m, "workqueue_queue_duration_seconds_count", name=PROBE) == records.count()
+        assert _value(m, "workqueue_work_duration_seconds_count", name=PROBE) == records.count()
+        assert _value(m, "workqueue_retries_total", name=PROBE) == 2  # the flaky one's errors
+        assert _value(m, "controller_runtime_max_concurrent_reconciles", controller=PROBE) == 2
+        assert _value(m, "controller_runtime_active_workers", controller=PROBE) == 0
+
+    _eventually(worker_counts, timeout=15)
+
+    def watcher_counts() -> None:
+        m = _samples(watcher)
+        assert _value(m, "operator_leader") == 1
+        assert _value(m, "workqueue_adds_total", name=PROBE) >= 6
+        assert _value(m, "workqueue_depth", name=PROBE) == 0  # drained, and said so
+        assert _value(m, "operator_ledger_items", name=PROBE, state="idle") == 6
+        assert _value(m, "operator_watch_events_total", resource=RESOURCE,
+                      namespace=operator.namespace, type="ADDED") >= 6
+        assert _value(m, "operator_relists_total", resource=RESOURCE,
+                      namespace=operator.namespace, reason="initial") == 1
+        assert _value(m, "operator_cache_objects", resource=RESOURCE,
+                      namespace=operator.namespace) == 6
+
+    _eventually(watcher_counts, timeout=15)
+    for port in (watcher, worker):
+        assert _get(port, "/healthz")[0] == 200
+        status, body = _get(port, "/readyz")
+        assert status == 200, body
+
+
+def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(operator, stack):
+    from django.db import connections
+
+    from devstack import services
+
+    watcher, worker = _start(operator)
+
+    def readiness(expected: int, failing: str = "") -> None:
+        for port in (watcher, worker):
+            status, body = _get(port, "/readyz")
+            assert status == expected, body
+            if failing:
+                assert json.loads(body)["checks"][failing] is False, body
+            assert _get(port, "/healthz")[0] == 200  # alive throughout: no restart wanted
+
+    _eventually(lambda: readiness(200), timeout=30)
+    connections.close_all()
+    for stop, start, name in ((services.stop_redis, services.start_redis, None),
+                              (services.stop_postgres, services.start_postgres, "database")):
+        stop(stack)
+        try:
+            _eventually(lambda: readiness(503, name or ""), timeout=30)
+        finally:
+            start(stack)
+        _eventually(lambda: readiness(200), timeout=60)
+    connections.close_all()
+
+
+def test_web_serves_the_metrics_of_what_it_did(client, redis_client):
+    from reconcilers import workqueue
+    from reconcilers.vocab import Key
+
+    workqueue.add([Key(PROBE, "ns", "from-the-admin")], "manual")
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for f in text_string_to_metric_families(response.content.decode())
+               for s in f.samples}
+    assert _value(samples, "workqueue_adds_total", name=PROBE) >= 1
+    assert _value(samples, "operator_messages_sent_total", name=PROBE) >= 1
+
+
+def test_a_workers_json_log_lines_join_the_history_record(operator, kube):
+    from kubernetes import client
+
+    operator.env["LOG_FORMAT"] = "json"
+    operator.start_watcher(PROBE)
+    worker = operator.start_worker(concurrency=2)
+    _probe(client.CustomObjectsApi(kube), operator.namespace, "broken",
+           {"value": 1, "permanent": True})
+    def recorded() -> None:
+        assert ReconcileRecord.objects.filter(reconciler=PROBE, name="broken").exists()
+
+    _eventually(recorded)
+    record = ReconcileRecord.objects.get(reconciler=PROBE, name="broken")
+
+    def logged() -> dict:
+        lines = [json.loads(line) for line in worker.log().splitlines()
+                 if line.startswith("{")]
+        matching = [line for line in lines if line.get("record_id") == record.pk]
+        assert matching, worker.log()[-3000:]
+        return matching[0]
+
+    _eventually(logged, timeout=10)
+    line = logged()
+    assert line["level"] == "warning" and "this probe can never work" in line["message"]
+    assert (line["reconciler"], line["namespace"], line["name"]) == (
+        PROBE, operator.namespace, "broken")
+    assert line["task_id"] == record.task_id and line["attempt"] == 1
+    assert line["trigger"] == ",".join(record.triggers)
+    # Celery's own lines are JSON too: it does not take the root logger over.
+    assert any(json.loads(l).get("logger", "").startswith("celery")
+               for l in worker.log().splitlines() if l.startswith("{"))
