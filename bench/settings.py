@@ -17,9 +17,14 @@ OPERATOR_SAMPLES = False
 # passes every BENCH_EXPERIMENT_* variable of its environment to this project's processes:
 #   BENCH_EXPERIMENT_DB_REUSE_MAX=0      close database connections around every Celery task
 #                                        (the behaviour before CELERY_DB_REUSE_MAX was set)
+#   BENCH_EXPERIMENT_METRICS_OFF=1       no Prometheus metrics (OPERATOR_METRICS=0): the
+#                                        baseline of the metrics' overhead
 import os as _os  # noqa: E402
 
 if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
     # Celery's Django fixup closes every database connection before and after each task
     # unless CELERY_DB_REUSE_MAX is set (0 = unset): each reconcile opens a new connection.
     CELERY_DB_REUSE_MAX = int(_os.environ["BENCH_EXPERIMENT_DB_REUSE_MAX"])
+
+if _os.environ.get("BENCH_EXPERIMENT_METRICS_OFF"):
+    _os.environ["OPERATOR_METRICS"] = "0"  # read when reconcilers.metrics is first imported

@@ -50,13 +50,38 @@ def _multiprocess_dir() -> str:
     return path
 
 
-DIRECTORY = _multiprocess_dir()
+# OPERATOR_METRICS=0: every figure below is a no-op and /metrics is empty - for a benchmark's
+# baseline, or a deployment that wants no metrics at all.
+ENABLED = os.environ.get("OPERATOR_METRICS", "1") != "0"
+DIRECTORY = _multiprocess_dir() if ENABLED else ""
 
 from prometheus_client import (  # noqa: E402  (the directory must be known first)
-    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess,
+    CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess,
 )
+from prometheus_client import Counter as _Counter, Histogram as _Histogram  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.registry import Collector  # noqa: E402
+
+
+
+class _Off:
+    """A metric that records nothing (``OPERATOR_METRICS=0``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def labels(self, *values: str) -> "_Off":
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+Counter = _Counter if ENABLED else _Off
+Histogram = _Histogram if ENABLED else _Off
 
 # controller-runtime's reconcile-time buckets (seconds).
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
@@ -140,6 +165,8 @@ def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
     """The text a scrape gets: every process's values from the multiprocess directory, plus
     the collectors this process computes at scrape time."""
     registry = CollectorRegistry()
+    if not ENABLED:
+        return generate_latest(registry), CONTENT_TYPE_LATEST
     multiprocess.MultiProcessCollector(registry, path=DIRECTORY)
     for collector in collectors:
         registry.register(collector)
@@ -148,7 +175,8 @@ def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
 
 def process_exited(pid: int) -> None:
     """A child process is gone: drop its live-gauge files (its counters stay counted)."""
-    multiprocess.mark_process_dead(pid, path=DIRECTORY)
+    if ENABLED:
+        multiprocess.mark_process_dead(pid, path=DIRECTORY)
 
 
 class Computed(Collector):

@@ -143,11 +143,11 @@ def gauges() -> list[tuple[str, str, list[str], list]]:
     """The ledger's figures for a scrape (``metrics.Computed``): depth (queued keys), keys by
     state, and the running keys' unfinished work and longest run."""
     rows = ledger.stats()
-    queued = {r: 0 for r, *_ in rows}  # 0, not a missing series, once the queue drains
-    queued.update({r: n for r, state, n, _, _ in rows if state == "queued"})
+    names = {r: 0 for r, *_ in rows}  # 0, not a missing series, once the queue drains
+    queued = {**names, **{r: n for r, state, n, _, _ in rows if state == "queued"}}
     depth = [((r,), n) for r, n in queued.items()]
-    running = [(r, total, longest) for r, state, _, total, longest in rows
-               if state == "running"]
+    busy = {r: (total, longest) for r, state, _, total, longest in rows if state == "running"}
+    running = [(r, *busy.get(r, (0.0, 0.0))) for r in names]
     return [
         ("workqueue_depth", "Current depth of workqueue", ["name"], depth),
         ("operator_ledger_items", "Keys in the work ledger by state", ["name", "state"],

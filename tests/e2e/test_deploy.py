@@ -3,6 +3,7 @@ stay in sync with what the code generates (RBAC, the sample's CRD)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
     assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "ClusterRole",
                             "ClusterRoleBinding", "ConfigMap", "Job", "Deployment", "Service",
-                            "Deployment", "Deployment", "Deployment"])
+                            "Deployment", "Deployment", "Deployment", "Service", "Service"])
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
     assert docs[("ConfigMap", "django-crd-operator")]["data"]["OPERATOR_SAMPLES"] == "0"
     role = docs[("ClusterRole", "django-crd-operator")]
@@ -71,3 +72,34 @@ def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
             except client.ApiException as e:
                 if e.status != 404:
                     raise
+
+
+def test_every_pod_is_probed_over_http_and_its_metrics_port_is_discoverable():
+    rendered = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy")],
+                              capture_output=True, text=True, check=True, timeout=60).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    services = [d for d in docs if d["kind"] == "Service"]
+    for role in ("watcher", "worker", "web"):
+        pod = deployments[f"django-crd-operator-{role}"]["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        port = "http" if role == "web" else "metrics"
+        assert port in {p["name"] for p in container["ports"]}
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        # A Service selects the pod and names the port, as the ServiceMonitor expects.
+        assert any(s["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+                   and port in {p["name"] for p in s["spec"]["ports"]}
+                   and s["metadata"]["labels"]["app.kubernetes.io/name"] == "django-crd-operator"
+                   for s in services), role
+    # beat serves nothing (one short-lived publisher); only its own process knows it is alive.
+    assert "livenessProbe" not in deployments["django-crd-operator-beat"]["spec"]["template"][
+        "spec"]["containers"][0]
+
+    monitoring = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy" / "monitoring")],
+                                capture_output=True, text=True, check=True, timeout=60).stdout
+    kinds = {d["kind"]: d for d in yaml.safe_load_all(monitoring) if d}
+    assert {e["port"] for e in kinds["ServiceMonitor"]["spec"]["endpoints"]} == {"metrics",
+                                                                                 "http"}
+    dashboard = json.loads(kinds["ConfigMap"]["data"]["grafana-dashboard.json"])
+    assert dashboard["uid"] == "django-crd-operator"

@@ -126,6 +126,32 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
         assert _get(port, "/healthz")[0] == 200
         status, body = _get(port, "/readyz")
         assert status == 200, body
+    _the_dashboard_asks_only_for_what_is_exported({n for n, _ in _samples(watcher)}
+                                                  | {n for n, _ in _samples(worker)})
+
+
+def _the_dashboard_asks_only_for_what_is_exported(scraped: set[str]) -> None:
+    """Every series deploy/monitoring/grafana-dashboard.json queries exists: scraped here, or
+    declared by the metrics module (a counter with no increment yet has no sample)."""
+    import re
+
+    from prometheus_client import Counter, Histogram
+
+    from devstack.config import REPO
+    from reconcilers import metrics
+
+    declared = set()
+    for metric in vars(metrics).values():
+        if isinstance(metric, Counter):
+            declared |= {metric._name, f"{metric._name}_total"}
+        elif isinstance(metric, Histogram):
+            declared |= {f"{metric._name}_{s}" for s in ("bucket", "count", "sum")}
+    dashboard = json.loads((REPO / "deploy/monitoring/grafana-dashboard.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b(?:controller_runtime|workqueue|operator)_\w+",
+                                      target["expr"])}
+    assert len(queried) >= 15
+    assert queried - scraped - declared == set()
 
 
 def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(operator, stack):
@@ -201,3 +227,34 @@ def test_a_workers_json_log_lines_join_the_history_record(operator, kube):
     # Celery's own lines are JSON too: it does not take the root logger over.
     assert any(json.loads(l).get("logger", "").startswith("celery")
                for l in worker.log().splitlines() if l.startswith("{"))
+
+
+def test_the_compose_healthchecks_ask_the_processes_own_endpoints(operator):
+    """docker-compose.yml's watcher and worker healthchecks, run as compose runs them (a shell
+    in the container), against real processes: healthy while ready, failing once gone."""
+    import os
+    import subprocess
+
+    import yaml
+
+    from devstack.config import REPO
+
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+
+    def healthcheck(role: str, port: int) -> int:
+        kind, command = services[role]["healthcheck"]["test"]
+        assert kind == "CMD-SHELL"
+        env = {"PATH": os.environ["PATH"], f"OPERATOR_{role.upper()}_HTTP_PORT": str(port)}
+        return subprocess.run(["sh", "-c", command.replace("$$", "$")], env=env,
+                              capture_output=True, timeout=30).returncode
+
+    ports = dict(zip(("watcher", "worker"), _start(operator)))
+    for role, port in ports.items():
+        _eventually(lambda: healthcheck(role, port) == 0 or _fail(role), timeout=30)
+    for proc in operator.watchers + operator.workers:
+        proc.kill()
+    assert all(healthcheck(role, port) != 0 for role, port in ports.items())
+
+
+def _fail(what: str) -> None:
+    raise AssertionError(f"{what} is not healthy yet")
