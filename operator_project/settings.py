@@ -220,4 +220,9 @@ OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 3
 # probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
 OPERATOR_WATCHER_HTTP_PORT = env_int("OPERATOR_WATCHER_HTTP_PORT", 8081)
 OPERATOR_WORKER_HTTP_PORT = env_int("OPERATOR_WORKER_HTTP_PORT", 8082)
+# Where the admin links a reconciler's metrics and a run's log lines: URL templates with
+# {query} (PromQL / the log filter, URL-quoted) and {reconciler}, {namespace}, {name},
+# {task_id}, {record_id}. Unset: the admin shows the query to paste.
+OPERATOR_METRICS_URL = os.environ.get("OPERATOR_METRICS_URL", "")
+OPERATOR_LOGS_URL = os.environ.get("OPERATOR_LOGS_URL", "")
 # === End of deployment settings ================================================================

@@ -3,7 +3,8 @@
 Each observable criterion (see ``capability_levels.py``) is a predicate over one finished run;
 the runner calls ``record_evidence`` for every run, and the first run that proves a criterion
 is kept in ``CapabilityEvidence`` (a per-process memo makes that one INSERT per criterion per
-process, not one per run). The evidenced level is the highest level whose observable criteria
+process, not one per run); level 4's metrics criterion is proven by a scrape instead
+(``record_scraped``). The evidenced level is the highest level whose observable criteria
 - and those of every level below - all have proof. Criteria nobody can observe (backups,
 auto-scaling) count only as the operator's claim and are shown as such.
 """
@@ -11,7 +12,7 @@ auto-scaling) count only as the operator's claim and are shown as such.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from django.db import connection, transaction
 
@@ -36,6 +37,11 @@ EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
     "auto_healing": lambda r, a: _ok(r) and "owned-child" in (r.triggers or []),
 }
 
+# Not a property of one run: proven when a scrape of a worker's /metrics served the
+# reconciler's reconcile counts (``record_scraped``). Its proof names the latest run then.
+SCRAPED = "metrics_scraped"
+OBSERVABLE = set(EVIDENCE) | {SCRAPED}
+
 _recorded: set[tuple[str, str]] = set()
 
 
@@ -52,6 +58,23 @@ def record_evidence(record: ReconcileRecord, failures_before: int) -> None:
             "ON CONFLICT (reconciler, criterion) DO NOTHING",
             [(r, cid, record.pk) for r, cid in new])
     transaction.on_commit(lambda: _recorded.update(new))
+
+
+def record_scraped(reconcilers: Iterable[str]) -> None:
+    """Metrics with values for ``reconcilers`` were just served to a scrape: level 4's metrics
+    criterion is evidenced for each that has a run to point at."""
+    new = sorted(r for r in reconcilers if (r, SCRAPED) not in _recorded)
+    if not new:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {CapabilityEvidence._meta.db_table} "
+            "(reconciler, criterion, record_id, seen_at) "
+            f"SELECT r.name, %s, max(h.id), now() FROM unnest(%s::text[]) AS r(name) "
+            f"JOIN {ReconcileRecord._meta.db_table} h ON h.reconciler = r.name "
+            "GROUP BY r.name ON CONFLICT (reconciler, criterion) DO NOTHING",
+            [SCRAPED, new])
+    _recorded.update((r, SCRAPED) for r in new)
 
 
 @dataclass(frozen=True)
@@ -83,7 +106,7 @@ def score(reconciler: str) -> list[LevelScore]:
                   .values_list("criterion", "record_id"))
     out = []
     for level in as_rows():
-        criteria = [Criterion(c["id"], c["text"], c["evidence"] in EVIDENCE,
+        criteria = [Criterion(c["id"], c["text"], c["evidence"] in OBSERVABLE,
                               proofs.get(c["evidence"]))
                     for c in level["criteria"]]
         out.append(LevelScore(level["level"], level["name"], criteria))

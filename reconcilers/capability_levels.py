@@ -40,7 +40,8 @@ LEVELS = [
      "RED metrics.",
      [
          ("events", "Emits custom Kubernetes Events", "events"),
-         ("metrics", "Exposes metrics about its health and the operand's", None),
+         ("metrics", "Exposes metrics about its health: a scrape of /metrics served this "
+                     "reconciler's reconcile counts", "metrics_scraped"),
          ("alerts", "Ships alerts", None),
      ]),
     (5, "Auto Pilot",

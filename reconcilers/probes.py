@@ -39,6 +39,7 @@ class Endpoint:
     live: Checks
     ready: Checks
     collectors: list = field(default_factory=list)
+    scraped: Callable[[bytes], None] | None = None  # told what each scrape was served
 
 
 def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer | None:
@@ -53,6 +54,11 @@ def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTP
             if path == "/metrics":
                 body, ctype = metrics.exposition(endpoint.collectors)
                 self._answer(200, body, ctype)
+                if endpoint.scraped is not None:
+                    try:
+                        endpoint.scraped(body)
+                    except Exception as exc:  # bookkeeping must not fail a scrape
+                        log.warning("%s: after a scrape: %s", endpoint.role, exc)
             elif path in ("/healthz", "/readyz"):
                 checks = _run(endpoint.live if path == "/healthz" else endpoint.ready)
                 ok = all(checks.values())

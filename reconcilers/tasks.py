@@ -23,7 +23,7 @@ from celery.worker import state
 from django.conf import settings as django_settings
 from django import db
 
-from . import history, metrics, probes, resync as resyncs, runner, workqueue
+from . import capabilities, history, metrics, probes, resync as resyncs, runner, workqueue
 from .conf import RunLimits, settings
 from .registry import NotRegistered, registry
 
@@ -210,8 +210,16 @@ class WorkerProbes:
 def _serve_worker_probes(sender, **_) -> None:
     worker = WorkerProbes(sender)
     probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
-                                 [metrics.Computed(worker.gauges)]),
+                                 [metrics.Computed(worker.gauges)], _scraped),
                  getattr(django_settings, "OPERATOR_WORKER_HTTP_PORT", 8082))
+
+
+def _scraped(body: bytes) -> None:
+    """Level 4's evidence: this scrape served these reconcilers' counts."""
+    try:
+        capabilities.record_scraped(metrics.reconcilers_counted(body))
+    finally:
+        db.connection.close()  # each scrape has its own thread, and so its own connection
 
 
 def _child_exited(**_) -> None:

@@ -223,6 +223,15 @@ def test_capability_level_is_scored_from_history():
     assert {c.id: c.record_id for c in score(PROBE)[2].criteria if c.observable} == {
         "finalizer-cleanup": finalized.pk, "recovers": recovered.pk}
     assert evidenced_level(score(PROBE)) == 3
+    run("success", events=[{"type": "Normal", "reason": "Created"}],
+        started_at=now + timedelta(seconds=4))
+    assert evidenced_level(score(PROBE)) == 3  # Events alone are not deep insight
+    capabilities.record_scraped(["nobody.example.com"])  # no run to point at: no evidence
+    capabilities.record_scraped([PROBE])  # a scrape served its reconcile counts
+    latest = ReconcileRecord.objects.filter(reconciler=PROBE).latest("id")
+    assert {c.id: c.record_id for c in score(PROBE)[3].criteria if c.observable} == {
+        "events": latest.pk, "metrics": latest.pk}
+    assert evidenced_level(score(PROBE)) == 4
 
 
 def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():
@@ -237,3 +246,34 @@ def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():
     assert [d.day for d in days] == [3, 4, 5]
     assert [m.month for m in ReconcileRecord.objects.datetimes("started_at", "month")] == [11]
     assert ReconcileRecord.objects.filter(name="none").datetimes("started_at", "year") == []
+
+
+def test_a_run_links_to_its_log_lines_and_a_reconciler_to_its_metrics(settings, redis_client):
+    now = timezone.now()
+    record = ReconcileRecord.objects.create(
+        reconciler=PROBE, namespace="ns", name="a", started_at=now, finished_at=now,
+        duration_ms=2, outcome="error", triggers=["added"], task_id=f"{PROBE}:ns/a#3")
+    RegisteredReconciler.sync_from([registry.get_class(PROBE)])
+    registered = RegisteredReconciler.objects.get(name=PROBE)
+    c = client_for(staff())
+    run_page = reverse("admin:reconcilers_reconcilerecord_change", args=[record.pk])
+    reconciler_page = reverse("admin:reconcilers_registeredreconciler_change",
+                              args=[registered.pk])
+
+    # No URL configured: the query itself, to paste.
+    assert f"task_id=&quot;{PROBE}:ns/a#3&quot;" in c.get(run_page).content.decode()
+    assert "controller_runtime_reconcile_total{controller=&quot;" in \
+        c.get(reconciler_page).content.decode()
+
+    settings.OPERATOR_LOGS_URL = "https://logs.example/explore?q={query}&run={record_id}"
+    settings.OPERATOR_METRICS_URL = "https://prom.example/graph?g0.expr={query}"
+    page = c.get(run_page).content.decode()
+    assert (f'href="https://logs.example/explore?q=task_id%3D%22probes.test.operator.local'
+            f'%3Ans%2Fa%233%22&amp;run={record.pk}"') in page
+    assert 'href="https://prom.example/graph?g0.expr=sum%20by%20%28result%29' in \
+        c.get(reconciler_page).content.decode()
+
+    settings.OPERATOR_LOGS_URL = "https://logs.example/?q={nonsense}"  # bad admin input
+    response = c.get(run_page)
+    assert response.status_code == 200
+    assert "OPERATOR_LOGS_URL is not a usable template" in response.content.decode()

@@ -29,6 +29,43 @@ def timeline_link(reconciler: str, namespace: str, name: str, text: str | None =
     return format_html('<a href="{}">{}</a>', timeline_url(reconciler, namespace, name), label)
 
 
+def _external_link(setting: str, query: str, **fields: str) -> str:
+    """A link built from the URL template in ``setting`` (``{query}`` and ``fields`` filled
+    in, URL-quoted), or - with no template - the query itself to paste into Prometheus or the
+    log search. A broken template says so instead of breaking the page."""
+    from urllib.parse import quote
+
+    from django.conf import settings
+
+    template = getattr(settings, setting, "")
+    if not template:
+        return format_html("<code>{}</code><br><small>set {} to make this a link</small>",
+                           query, setting)
+    try:
+        url = template.format(query=quote(query, safe=""),
+                              **{k: quote(str(v), safe="") for k, v in fields.items()})
+    except (KeyError, IndexError, ValueError) as exc:
+        return format_html("<code>{}</code><br><small>{} is not a usable template: {}</small>",
+                           query, setting, exc)
+    return format_html('<a href="{}" rel="noopener" target="_blank">{}</a>', url, query)
+
+
+def metrics_link(reconciler: str) -> str:
+    """This reconciler's reconcile rate by result, in Prometheus (``OPERATOR_METRICS_URL``)."""
+    query = (f'sum by (result) (rate(controller_runtime_reconcile_total'
+             f'{{controller="{reconciler}"}}[5m]))')
+    return _external_link("OPERATOR_METRICS_URL", query, reconciler=reconciler)
+
+
+def logs_link(reconciler: str, namespace: str, name: str, task_id: str,
+              record_id: int) -> str:
+    """The log lines of one run (``OPERATOR_LOGS_URL``): they carry its task id (JSON logs)."""
+    query = f'task_id="{task_id}"'
+    return _external_link("OPERATOR_LOGS_URL", query, reconciler=reconciler,
+                          namespace=namespace, name=name, task_id=task_id,
+                          record_id=str(record_id))
+
+
 def outcome_badge(outcome: str) -> str:
     return format_html('<span style="color:{};font-weight:bold">{}</span>',
                        OUTCOME_COLOURS.get(outcome, "#000"), outcome or "-")

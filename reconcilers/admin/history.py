@@ -9,7 +9,7 @@ from django.utils.html import format_html, format_html_join
 
 from ..models import ReconcileRecord
 from .common import (EstimatedCountPaginator, NamespaceFilter, ReadOnlyAdmin, ReconcilerFilter,
-                     TriggerFilter, outcome_badge, timeline_link)
+                     TriggerFilter, logs_link, outcome_badge, timeline_link)
 
 
 @admin.register(ReconcileRecord)
@@ -28,7 +28,8 @@ class ReconcileRecordAdmin(ReadOnlyAdmin):
     list_per_page = 50
     fields = ("object", "reconciler", "outcome_col", "triggers_col", "attempt", "phase",
               "started_at", "finished_at", "duration", "requeue_after", "resource_version",
-              "generation", "observed_generation", "uid", "worker", "task_id", "error_class",
+              "generation", "observed_generation", "uid", "worker", "task_id", "logs",
+              "error_class",
               "error_message", "traceback_col", "events_col", "conditions_col", "audit_col")
     readonly_fields = fields
 
@@ -55,6 +56,12 @@ class ReconcileRecordAdmin(ReadOnlyAdmin):
     @admin.display(description="duration", ordering="duration_ms")
     def duration(self, r: ReconcileRecord) -> str:
         return f"{r.duration_ms:.1f} ms"
+
+    @admin.display(description="log lines of this run")
+    def logs(self, r: ReconcileRecord) -> str:
+        if not r.task_id:
+            return "-"
+        return logs_link(r.reconciler, r.namespace, r.name, r.task_id, r.pk)
 
     @admin.display(description="traceback")
     def traceback_col(self, r: ReconcileRecord) -> str:

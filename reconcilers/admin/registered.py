@@ -14,7 +14,7 @@ from .. import cache, capabilities, manual, resync, validation
 from ..vocab import Key
 from ..models import Outcome, RegisteredReconciler, State, WorkItem
 from ..registry import NotRegistered, registry
-from .common import client_ip
+from .common import client_ip, metrics_link
 from .workitems import RESYNC_PERM, require
 
 
@@ -31,9 +31,10 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
                     "running", "backoff", "failing", "last_success", "resync_period")
     actions = ("resync_all",)
     fields = ("name", "gvk", "namespaced", "owns", "declared_level", "resync_period",
-              "effective_resync", "capability_evidence", "registered_at", "seen_at")
+              "effective_resync", "metrics", "capability_evidence", "registered_at", "seen_at")
     readonly_fields = ("name", "gvk", "namespaced", "owns", "declared_level",
-                       "effective_resync", "capability_evidence", "registered_at", "seen_at")
+                       "effective_resync", "metrics", "capability_evidence", "registered_at",
+                       "seen_at")
 
     def has_add_permission(self, request):
         return False
@@ -116,6 +117,10 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
         except NotRegistered:
             return "-"
         return "never" if period <= 0 else f"every {period:g} s"
+
+    @admin.display(description="metrics")
+    def metrics(self, r: RegisteredReconciler) -> str:
+        return metrics_link(r.name)
 
     @admin.display(description="capability levels: evidence")
     def capability_evidence(self, r: RegisteredReconciler) -> str:

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconcilers.models import ReconcileRecord
+from reconcilers.models import CapabilityEvidence, ReconcileRecord
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -89,6 +89,7 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
 
     _eventually(all_ran, what="every probe ran")
     records = ReconcileRecord.objects.filter(reconciler=PROBE)
+    assert not CapabilityEvidence.objects.filter(criterion="metrics_scraped").exists()
 
     def worker_counts() -> None:
         m = _samples(worker)
@@ -107,6 +108,11 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
         assert _value(m, "controller_runtime_active_workers", controller=PROBE) == 0
 
     _eventually(worker_counts, timeout=15)
+    # Level 4's metrics criterion: a scrape served this reconciler's counts (recorded just
+    # after the answer).
+    _eventually(lambda: CapabilityEvidence.objects.filter(
+        reconciler=PROBE, criterion="metrics_scraped").exists() or _fail("no evidence"),
+        timeout=10)
 
     def watcher_counts() -> None:
         m = _samples(watcher)
