@@ -4,7 +4,8 @@
 #   docker build -t django-crd-operator .
 #   docker build --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm -t django-crd-operator .
 #
-# The builder stage installs requirements.lock (every package pinned) into a venv. The final
+# The builder stage installs requirements.lock (every package the image runs, pinned; no test
+# tools - they are in requirements-dev.lock) into a venv. The final
 # stage gets only the venv and the code - no pip cache, no build tools - and runs as an
 # unprivileged user (uid 10001, numeric so Kubernetes' runAsNonRoot can verify it).
 ARG PYTHON_IMAGE=python:3.11-slim

@@ -34,6 +34,24 @@ def check_retry_delays(app_configs, **kwargs):
 
 
 @register()
+def check_services(app_configs, **kwargs):
+    """What the app needs of the project it is installed in."""
+    errors = []
+    if not getattr(django_settings, "REDIS_URL", ""):
+        errors.append(Error(
+            "REDIS_URL is not set", hint="The shared object cache and the watch journal live "
+            "in Redis: set REDIS_URL (for example the broker's URL, CELERY_BROKER_URL).",
+            id="reconcilers.E003"))
+    engine = django_settings.DATABASES.get("default", {}).get("ENGINE", "")
+    if "postgresql" not in engine:
+        errors.append(Error(
+            f"the default database is {engine or 'not set'}, not PostgreSQL",
+            hint="The work ledger relies on PostgreSQL (row locks, arrays, upserts).",
+            id="reconcilers.E004"))
+    return errors
+
+
+@register()
 def check_reconcilers(app_configs, **kwargs):
     errors = []
     for cls in registry:

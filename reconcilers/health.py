@@ -81,7 +81,7 @@ READINESS_CHECKS: dict[str, Callable[[float], None]] = {
 
 def readiness(timeout: float | None = None) -> dict[str, CheckResult]:
     """Run every readiness check concurrently; one that overruns ``timeout`` counts as failed."""
-    timeout = settings.OPERATOR_HEALTH_TIMEOUT if timeout is None else timeout
+    timeout = getattr(settings, "OPERATOR_HEALTH_TIMEOUT", 3.0) if timeout is None else timeout
     pool = ThreadPoolExecutor(max_workers=len(READINESS_CHECKS), thread_name_prefix="readyz")
     futures = {name: pool.submit(_timed, check, timeout)
                for name, check in READINESS_CHECKS.items()}

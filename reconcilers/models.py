@@ -6,6 +6,7 @@ single SQL statement); this module holds only the tables and their vocabulary.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
@@ -278,7 +279,7 @@ class AuditLog(models.Model):
         RESUME = "resume"
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    user = models.ForeignKey("auth.User", null=True, on_delete=models.SET_NULL,
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
                              related_name="+")
     username = models.CharField(max_length=150, help_text="kept if the user is deleted")
     action = models.CharField(max_length=16, choices=Action.choices)

@@ -277,3 +277,11 @@ def test_a_run_links_to_its_log_lines_and_a_reconciler_to_its_metrics(settings, 
     response = c.get(run_page)
     assert response.status_code == 200
     assert "OPERATOR_LOGS_URL is not a usable template" in response.content.decode()
+
+
+def test_the_reconcilers_list_leads_to_the_operator_pages_on_any_admin_site(redis_client):
+    RegisteredReconciler.sync_from([registry.get_class(PROBE)])
+    page = client_for(staff("resync_workitem")).get(
+        reverse("admin:reconcilers_registeredreconciler_changelist")).content.decode()
+    assert f'href="{reverse("admin:reconcilers_dashboard")}"' in page
+    assert f'href="{reverse("admin:reconcilers_resync_object")}"' in page

@@ -14,3 +14,13 @@ def test_a_countdown_longer_than_the_visibility_timeout_is_an_error(settings):
 
 def test_default_delays_pass(settings):
     assert check_retry_delays(None) == []
+
+
+def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settings):
+    from reconcilers.checks import check_services
+
+    assert check_services(None) == []
+    del settings.REDIS_URL
+    settings.DATABASES = {**settings.DATABASES, "default": {
+        **settings.DATABASES["default"], "ENGINE": "django.db.backends.sqlite3"}}
+    assert [e.id for e in check_services(None)] == ["reconcilers.E003", "reconcilers.E004"]

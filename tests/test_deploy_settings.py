@@ -7,6 +7,7 @@ HOME), so neither this test run's settings nor ``.local/env`` leak in.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -119,3 +120,17 @@ def test_the_image_build_context_leaves_out_cluster_credentials_and_secrets():
         assert ignored(path), path
     for path in ("manage.py", "reconcilers/runner.py", "requirements.lock"):
         assert not ignored(path), path
+
+
+def test_the_readmes_production_settings_leave_only_the_opt_in_hsts_warnings():
+    """README, "Where the admin is": exactly the settings it shows, and what it says remains."""
+    readme = (REPO / "README.md").read_text()
+    assert "reports only\n`security.W005` and `security.W021`" in readme
+    result = check_deploy(production_env(
+        ALLOWED_HOSTS="operator.example.com", CSRF_TRUSTED_ORIGINS="https://operator.example.com",
+        SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https", SECURE_HSTS_SECONDS="3600",
+        SECURE_HSTS_INCLUDE_SUBDOMAINS=None, SECURE_HSTS_PRELOAD=None))
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert set(re.findall(r"\((?:security|reconcilers)\.\w+\)", output)) == {
+        "(security.W005)", "(security.W021)"}, output

@@ -27,6 +27,7 @@ def _count(**filters) -> Subquery:
 
 @admin.register(RegisteredReconciler)
 class RegisteredReconcilerAdmin(admin.ModelAdmin):
+    change_list_template = "reconcilers/admin/registered_change_list.html"
     list_display = ("name", "gvk", "declared_level", "evidenced", "objects_known", "queued",
                     "running", "backoff", "failing", "last_success", "resync_period")
     actions = ("resync_all",)

@@ -365,3 +365,18 @@ def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, 
     _run(["docker", "kill", "--signal", "KILL", victim], 60)
     _wait("the Deployment never converged after a worker was killed",
           lambda: deployment_replicas() == 3, timeout=180, diagnose=compose.diagnose)
+
+
+def test_the_image_carries_no_test_tools_and_no_kubeconfig(project_image):
+    """Built from requirements.lock (what the image runs); the test tools are only in
+    requirements-dev.lock, and .dockerignore keeps kubeconfigs and tests out of the context."""
+    probe = ("import importlib.util, pathlib, sys; "
+             "tools = [m for m in ('pytest', 'pytest_django', 'playwright') "
+             "if importlib.util.find_spec(m)]; "
+             "files = [str(p) for p in pathlib.Path('/app').rglob('*') "
+             "if 'kubeconfig' in p.name or p.name == 'conftest.py']; "
+             "print(tools, files); sys.exit(bool(tools or files))")
+    result = subprocess.run(["docker", "run", "--rm", "--network", "none", IMAGE, "python",
+                             "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "[] []"

@@ -1,0 +1,183 @@
+"""The framework app as a Django team installs it: a wheel, a fresh virtualenv, a project of
+their own (``django-admin startproject``) with a custom user model and their own admin site."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from devstack.config import REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(argv: list, cwd: Path, env: dict | None = None, timeout: float = 600) -> str:
+    result = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, f"{argv}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", out, REPO], REPO)
+    (path,) = out.glob("django_crd_operator-*.whl")
+    return path
+
+
+def test_the_wheel_holds_the_app_and_nothing_of_the_project(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"reconcilers"}
+    for needed in ("reconcilers/migrations/0001_initial.py", "reconcilers/py.typed",
+                   "reconcilers/templates/reconcilers/admin/dashboard.html",
+                   "reconcilers/contrib/samplecontroller/crds/foos.samplecontroller.k8s.io.yaml"):
+        assert needed in names
+    assert not [n for n in names if "tests/" in n or "conftest" in n or "operator_project" in n]
+
+
+def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, stack, kube,
+                                                                namespace):
+    """Install, migrate, check - then the watcher and a worker from that project's own
+    ``manage.py`` and Celery app converge an object of the sample operator it enabled."""
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv], tmp_path)
+    python = venv / "bin" / "python"
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
+         tmp_path, timeout=900)
+    _run([venv / "bin" / "django-admin", "startproject", "mysite", "."], tmp_path)
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "__init__.py").write_text("")
+    (accounts / "models.py").write_text(textwrap.dedent("""
+        from django.contrib.auth.models import AbstractUser
+        from django.db import models
+
+
+        class Person(AbstractUser):
+            team = models.CharField(max_length=50, blank=True)
+    """))
+    database = f"package_{os.getpid()}"
+    _admin_sql(stack, f"CREATE DATABASE {database}")
+    settings = tmp_path / "mysite" / "settings.py"
+    settings.write_text(settings.read_text() + textwrap.dedent(f"""
+        INSTALLED_APPS += ["accounts", "reconcilers", "reconcilers.contrib.samplecontroller"]
+        AUTH_USER_MODEL = "accounts.Person"
+        DATABASES = {{"default": {{
+            "ENGINE": "django.db.backends.postgresql", "NAME": "{database}",
+            "HOST": "127.0.0.1", "PORT": "{stack.postgres_port}",
+            "USER": "{stack.db_user}", "PASSWORD": "{stack.db_password}"}}}}
+        REDIS_URL = "redis://127.0.0.1:{stack.redis_port}/9"
+        CELERY_BROKER_URL = REDIS_URL
+    """))
+    # The project's own Celery app, as Celery's Django guide writes it.
+    (tmp_path / "mysite" / "celery.py").write_text(textwrap.dedent("""
+        import os
+
+        from celery import Celery
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+        app = Celery("mysite")
+        app.config_from_object("django.conf:settings", namespace="CELERY")
+        app.autodiscover_tasks()
+    """))
+    (tmp_path / "mysite" / "__init__.py").write_text(
+        "from .celery import app as celery_app\n\n__all__ = ['celery_app']\n")
+    env = {"PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "mysite.settings", "KUBECONFIG": str(stack.kubeconfig),
+           "RECONCILERS_NAMESPACES": namespace, "RECONCILERS_APPLY_CRDS": "1",
+           "RECONCILERS_LEASE_NAME": f"package-{namespace}",
+           "OPERATOR_WATCHER_HTTP_PORT": "0", "OPERATOR_WORKER_HTTP_PORT": "0"}
+    processes: list[subprocess.Popen] = []
+    try:
+        _run([python, "manage.py", "makemigrations", "accounts"], tmp_path, env)
+        _run([python, "manage.py", "migrate", "--noinput"], tmp_path, env)
+        check = _run([python, "manage.py", "check"], tmp_path, env)
+        assert "no issues" in check
+        # The app's migrations are complete for a project that is not this repository's.
+        _run([python, "manage.py", "makemigrations", "--check", "--dry-run"], tmp_path, env)
+        # The project's own admin site is left as the project made it.
+        site = _run([python, "-c", "import django; django.setup(); "
+                     "from django.contrib import admin; from django.urls import reverse; "
+                     "import mysite.urls; print(admin.site.site_header, admin.site.index_template)"],
+                    tmp_path, env)
+        assert site.strip() == "Django administration None"
+        # The audit log points at the project's user model.
+        field = _run([python, "-c", "import django; django.setup(); "
+                      "from reconcilers.models import AuditLog; "
+                      "print(AuditLog._meta.get_field('user').related_model._meta.label)"],
+                     tmp_path, env)
+        assert field.strip() == "accounts.Person"
+
+        for argv in (["manage.py", "watch"],
+                     ["-m", "celery", "-A", "mysite", "worker", "--pool", "prefork",
+                      "--concurrency", "1", "--without-gossip", "--without-mingle"]):
+            processes.append(subprocess.Popen(
+                [python, *argv], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True))
+        _converges(kube, namespace, python, tmp_path, env)
+    finally:
+        for proc in processes:
+            proc.terminate()
+        for proc in processes:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        _admin_sql(stack, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def _converges(kube, namespace: str, python: Path, project: Path, env: dict) -> None:
+    """A Foo gets its Deployment, and the run is in that project's history."""
+    import time
+
+    from kubernetes import client
+
+    crds = client.ApiextensionsV1Api(kube)
+    deadline = time.monotonic() + 120
+    while True:  # the watcher applies the CRD of the reconciler the project enabled
+        try:
+            crds.read_custom_resource_definition("foos.samplecontroller.k8s.io")
+            break
+        except client.ApiException:
+            assert time.monotonic() < deadline, "the watcher never applied the Foo CRD"
+            time.sleep(1)
+    time.sleep(2)  # established
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        "samplecontroller.k8s.io", "v1alpha1", namespace, "foos",
+        {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+         "metadata": {"name": "mine"}, "spec": {"deploymentName": "mine-nginx", "replicas": 1}})
+    apps = client.AppsV1Api(kube)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            deployment = apps.read_namespaced_deployment("mine-nginx", namespace)
+            break
+        except client.ApiException:
+            assert time.monotonic() < deadline, "the project's operator never acted"
+            time.sleep(1)
+    assert deployment.metadata.owner_references[0].kind == "Foo"
+    history = ""
+    while time.monotonic() < deadline and "success" not in history:
+        history = _run([python, "-c", "import django; django.setup(); "
+                        "from reconcilers.models import ReconcileRecord; "
+                        "print(list(ReconcileRecord.objects.values_list('name', 'outcome')))"],
+                       project, env)
+        time.sleep(1)
+    assert "('mine', 'success')" in history, history
+
+
+def _admin_sql(stack, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(host="127.0.0.1", port=stack.postgres_port, user=stack.db_user,
+                         password=stack.db_password, dbname="postgres",
+                         autocommit=True) as conn:
+        conn.execute(sql)
