@@ -33,6 +33,10 @@ def check_retry_delays(app_configs, **kwargs):
     return errors
 
 
+def _database_engine() -> str:
+    return django_settings.DATABASES.get("default", {}).get("ENGINE", "")
+
+
 @register()
 def check_services(app_configs, **kwargs):
     """What the app needs of the project it is installed in."""
@@ -42,7 +46,7 @@ def check_services(app_configs, **kwargs):
             "REDIS_URL is not set", hint="The shared object cache and the watch journal live "
             "in Redis: set REDIS_URL (for example the broker's URL, CELERY_BROKER_URL).",
             id="reconcilers.E003"))
-    engine = django_settings.DATABASES.get("default", {}).get("ENGINE", "")
+    engine = _database_engine()
     if "postgresql" not in engine:
         errors.append(Error(
             f"the default database is {engine or 'not set'}, not PostgreSQL",

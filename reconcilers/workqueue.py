@@ -32,8 +32,8 @@ from .decision import Decision
 from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped
 from .vocab import Key
 
-__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause", "reap",
-           "send", "set_sender", "task_id", "forget_gone"]
+__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause",
+           "reap", "send", "set_sender", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,12 @@ def test_default_delays_pass(settings):
     assert check_retry_delays(None) == []
 
 
-def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settings):
+def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settings,
+                                                                           monkeypatch):
+    from reconcilers import checks
     from reconcilers.checks import check_services
 
     assert check_services(None) == []
     del settings.REDIS_URL
-    settings.DATABASES = {**settings.DATABASES, "default": {
-        **settings.DATABASES["default"], "ENGINE": "django.db.backends.sqlite3"}}
+    monkeypatch.setattr(checks, "_database_engine", lambda: "django.db.backends.sqlite3")
     assert [e.id for e in check_services(None)] == ["reconcilers.E003", "reconcilers.E004"]

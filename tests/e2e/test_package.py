@@ -116,13 +116,20 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
                      tmp_path, env)
         assert field.strip() == "accounts.Person"
 
-        for argv in (["manage.py", "watch"],
-                     ["-m", "celery", "-A", "mysite", "worker", "--pool", "prefork",
-                      "--concurrency", "1", "--without-gossip", "--without-mingle"]):
-            processes.append(subprocess.Popen(
-                [python, *argv], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True))
-        _converges(kube, namespace, python, tmp_path, env)
+        for name, argv in (("watcher", ["manage.py", "watch"]),
+                           ("worker", ["-m", "celery", "-A", "mysite", "worker", "--pool",
+                                       "prefork", "--concurrency", "1", "--without-gossip",
+                                       "--without-mingle"])):
+            with open(tmp_path / f"{name}.log", "wb") as log:
+                processes.append(subprocess.Popen(
+                    [python, *argv], cwd=tmp_path, env=env, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True))
+        try:
+            _converges(kube, namespace, python, tmp_path, env)
+        except AssertionError as exc:
+            logs = "".join(f"\n--- {n} ---\n" + (tmp_path / f"{n}.log").read_text()[-3000:]
+                           for n in ("watcher", "worker"))
+            raise AssertionError(f"{exc}{logs}") from None
     finally:
         for proc in processes:
             proc.terminate()

@@ -49,6 +49,7 @@ class Command(BaseCommand):
         if len(pids) != 1:
             return health.CheckResult(False, 0.0, f"expected one local `manage.py watch`, found "
                                                   f"pids {pids}; name it with --pid")
-        limit = getattr(settings, "OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0) if max_age is None else max_age
+        limit = (getattr(settings, "OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0) if max_age is None
+                 else max_age)
         return health.watcher_heartbeat(pids[0], limit)
 
