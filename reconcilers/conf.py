@@ -93,6 +93,19 @@ class Settings:
         return [n.strip() for n in self.namespaces.split(",") if n.strip()]
 
 
+def process_setting(name: str, default: Any) -> Any:
+    """An ``OPERATOR_*`` setting of the processes (ports, health limits): from Django settings,
+    else the environment, else ``default`` - so a project that installs the app can set them
+    either way, as this repository's project does in its settings from the environment."""
+    if hasattr(django_settings, name):
+        return getattr(django_settings, name)
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    kind = type(default).__name__
+    return _PARSERS[kind](name, raw)
+
+
 _PARSERS = {"float": parse_float, "int": parse_int, "bool": parse_bool, "str": lambda n, v: v}
 
 

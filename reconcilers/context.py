@@ -63,13 +63,18 @@ class Context:
         self.primary = primary
         self.log = KeyLogger(logging.getLogger(f"reconcilers.{key.reconciler}"), key)
         self.events: list[dict] = []
+        # Every write the run made, ``(method, path, body)``, in order (reconcilers.testing
+        # shows them to a test).
+        self.writes: list[tuple[str, str, Any]] = []
         self._watched = dict(watched or {(primary.api_version, primary.kind): primary})
         self._conditions: dict[str, dict] = {}
 
     def _write(self, method: str, path: str, body: Any, **kwargs) -> dict:
         """Every write of a run: fenced first, so a run past its lease never acts."""
         self._fence()
-        return kube.request(self.api, method, path, body, **kwargs)
+        result = kube.request(self.api, method, path, body, **kwargs)
+        self.writes.append((method, path, body))
+        return result
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from . import kube, metrics
+from .conf import process_setting
 from .probes import check_database, check_redis
 from .cache import get_redis
 from .watch import HEARTBEAT_KEY as WATCHER_HEARTBEAT_KEY
@@ -81,7 +82,7 @@ READINESS_CHECKS: dict[str, Callable[[float], None]] = {
 
 def readiness(timeout: float | None = None) -> dict[str, CheckResult]:
     """Run every readiness check concurrently; one that overruns ``timeout`` counts as failed."""
-    timeout = getattr(settings, "OPERATOR_HEALTH_TIMEOUT", 3.0) if timeout is None else timeout
+    timeout = process_setting("OPERATOR_HEALTH_TIMEOUT", 3.0) if timeout is None else timeout
     pool = ThreadPoolExecutor(max_workers=len(READINESS_CHECKS), thread_name_prefix="readyz")
     futures = {name: pool.submit(_timed, check, timeout)
                for name, check in READINESS_CHECKS.items()}

@@ -54,7 +54,7 @@ class RunReport:
 
 
 @dataclass
-class _Seen:
+class Seen:
     """What user code saw and did; filled as the run goes, so a crash keeps what it had."""
 
     obj: dict | None = None
@@ -76,8 +76,8 @@ def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | 
     return kube.get_or_none(api, gvr.path(namespace, key.name))
 
 
-def _call(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
-          seen: _Seen) -> tuple[str, Result | None]:
+def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
+           seen: Seen) -> tuple[str, Result | None]:
     """Finalizer handling around the user's code. Returns (outcome if decided here, result)."""
     finalizer = cls.finalizer_name()
     meta = obj["metadata"]
@@ -133,7 +133,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
 
     started = utcnow()
     t0 = time.perf_counter()
-    seen = _Seen()
+    seen = Seen()
     backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
     try:
         if cls is None:
@@ -146,7 +146,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
             ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
                           fence=claim.check_held)
             try:
-                decided, result = _call(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
+                decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
             finally:
                 seen.events, seen.final = ctx.events, ctx.obj
             decision = decide(attempts=claim.attempts, backoff=backoff, result=result,

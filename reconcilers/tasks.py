@@ -20,11 +20,10 @@ import time
 from celery import Task, bootsteps, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker import state
-from django.conf import settings as django_settings
 from django import db
 
 from . import capabilities, history, metrics, probes, resync as resyncs, runner, workqueue
-from .conf import RunLimits, settings
+from .conf import RunLimits, process_setting, settings
 from .registry import NotRegistered, registry
 
 # Every message carries the time it was sent, so the reaper can tell how long the oldest one
@@ -211,7 +210,7 @@ def _serve_worker_probes(sender, **_) -> None:
     worker = WorkerProbes(sender)
     probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
                                  [metrics.Computed(worker.gauges)], _scraped),
-                 getattr(django_settings, "OPERATOR_WORKER_HTTP_PORT", 8082))
+                 process_setting("OPERATOR_WORKER_HTTP_PORT", 8082))
 
 
 def _scraped(body: bytes) -> None:

@@ -10,6 +10,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from ..conf import process_setting
 from ..models import Outcome, Trigger
 
 OUTCOME_COLOURS = {
@@ -35,9 +36,7 @@ def _external_link(setting: str, query: str, **fields: str) -> str:
     log search. A broken template says so instead of breaking the page."""
     from urllib.parse import quote
 
-    from django.conf import settings
-
-    template = getattr(settings, setting, "")
+    template = process_setting(setting, "")
     if not template:
         return format_html("<code>{}</code><br><small>set {} to make this a link</small>",
                            query, setting)

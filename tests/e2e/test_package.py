@@ -50,8 +50,8 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", venv], tmp_path)
     python = venv / "bin" / "python"
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
-         tmp_path, timeout=900)
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+          f"{wheel}[test]"], tmp_path, timeout=900)
     _run([venv / "bin" / "django-admin", "startproject", "mysite", "."], tmp_path)
     accounts = tmp_path / "accounts"
     accounts.mkdir()
@@ -130,6 +130,16 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
             logs = "".join(f"\n--- {n} ---\n" + (tmp_path / f"{n}.log").read_text()[-3000:]
                            for n in ("watcher", "worker"))
             raise AssertionError(f"{exc}{logs}") from None
+        for proc in processes:
+            proc.terminate()
+            proc.wait(30)
+
+        # The project's own tests, with the test kit: one reconcile in-process, then the whole
+        # operator around a block.
+        _write_users_tests(tmp_path)
+        out = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests_mine"],
+                   tmp_path, env, timeout=600)
+        assert "2 passed" in out, out
     finally:
         for proc in processes:
             proc.terminate()
@@ -139,6 +149,46 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
             except subprocess.TimeoutExpired:
                 proc.kill()
         _admin_sql(stack, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def _write_users_tests(project: Path) -> None:
+    tests = project / "tests_mine"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text('pytest_plugins = ["reconcilers.testing"]\n')
+    (tests / "test_foo.py").write_text(textwrap.dedent("""
+        import time
+
+        from reconcilers import kube
+        from reconcilers.testing import reconcile_once, run_operator
+
+        FOO = "foos.samplecontroller.k8s.io"
+
+
+        def create_foo(api, namespace, name):
+            kube.request(api, "POST",
+                         f"/apis/samplecontroller.k8s.io/v1alpha1/namespaces/{namespace}/foos",
+                         {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+                          "metadata": {"name": name},
+                          "spec": {"deploymentName": f"{name}-nginx", "replicas": 1}})
+
+
+        def test_one_reconcile(kube_api, k8s_namespace):
+            create_foo(kube_api, k8s_namespace, "one")
+            run = reconcile_once(FOO, k8s_namespace, "one")
+            assert run.outcome == "success", run.error
+            assert ("POST", "deployments") in [(w.method, w.kind) for w in run.writes]
+
+
+        def test_the_operator_converges(kube_api, k8s_namespace):
+            with run_operator(k8s_namespace):
+                create_foo(kube_api, k8s_namespace, "two")
+                path = f"/apis/apps/v1/namespaces/{k8s_namespace}/deployments/two-nginx"
+                deadline = time.monotonic() + 60
+                while kube.get_or_none(kube_api, path) is None:
+                    assert time.monotonic() < deadline, "never converged"
+                    time.sleep(0.5)
+    """))
 
 
 def _converges(kube, namespace: str, python: Path, project: Path, env: dict) -> None:

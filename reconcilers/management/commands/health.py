@@ -8,10 +8,10 @@ Used by docker-compose.yml's healthchecks; the checks themselves live in reconci
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from reconcilers import health
+from reconcilers.conf import process_setting
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
                             help="watcher: heartbeat age limit (OPERATOR_HEALTH_WATCHER_MAX_AGE)")
 
     def handle(self, *args, role: str, timeout: float | None, **options) -> None:
-        timeout = getattr(settings, "OPERATOR_HEALTH_TIMEOUT", 3.0) if timeout is None else timeout
+        timeout = process_setting("OPERATOR_HEALTH_TIMEOUT", 3.0) if timeout is None else timeout
         result = getattr(self, f"check_{role}")(timeout, **options)
         if not result.ok:
             raise CommandError(f"{role} unhealthy: {result.error}")
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         if len(pids) != 1:
             return health.CheckResult(False, 0.0, f"expected one local `manage.py watch`, found "
                                                   f"pids {pids}; name it with --pid")
-        limit = (getattr(settings, "OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0) if max_age is None
+        limit = (process_setting("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0) if max_age is None
                  else max_age)
         return health.watcher_heartbeat(pids[0], limit)
 

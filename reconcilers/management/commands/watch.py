@@ -6,12 +6,11 @@ import signal
 import threading
 import uuid
 
-from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from reconcilers import crds, leader, probes, watch
-from reconcilers.conf import settings
+from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
 from reconcilers.runner import worker_identity
@@ -35,7 +34,7 @@ class Command(BaseCommand):
         identity = f"{worker_identity()}:{uuid.uuid4().hex[:8]}"
         health = watch.Health()
         probes.serve(health.endpoint(),
-                     getattr(django_settings, "OPERATOR_WATCHER_HTTP_PORT", 8081))
+                     process_setting("OPERATOR_WATCHER_HTTP_PORT", 8081))
         if not names:
             # Idle rather than exit: a restart loop helps nobody; the message says what to do.
             self.stderr.write("no reconcilers are registered: add an app with a reconcilers.py "
