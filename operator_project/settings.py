@@ -53,6 +53,9 @@ INSTALLED_APPS = [
 OPERATOR_SAMPLES = env_bool("OPERATOR_SAMPLES", False)
 if OPERATOR_SAMPLES:
     INSTALLED_APPS.append("reconcilers.contrib.samplecontroller")
+# Your operator apps, by import path, without editing this file: the image and compose take
+# them from the environment (README, "Your apps in the image").
+INSTALLED_APPS += env_list("OPERATOR_APPS")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -134,3 +134,17 @@ def test_the_readmes_production_settings_leave_only_the_opt_in_hsts_warnings():
     output = result.stdout + result.stderr
     assert set(re.findall(r"\((?:security|reconcilers)\.\w+\)", output)) == {
         "(security.W005)", "(security.W021)"}, output
+
+
+def test_operator_apps_are_installed_from_the_environment():
+    """How the image and compose take a user's apps without editing the project's files."""
+    script = ("import django; django.setup(); from reconcilers.registry import registry; "
+              "print(sorted(registry.names()))")
+    env = production_env(OPERATOR_APPS="tests.operatorapp")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "probes.test.operator.local" in result.stdout
+    without = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=production_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert without.stdout.strip() == "[]", without.stdout + without.stderr
