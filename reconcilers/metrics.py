@@ -63,7 +63,6 @@ from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.registry import Collector  # noqa: E402
 
 
-
 class _Off:
     """A metric that records nothing (``OPERATOR_METRICS=0``)."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -181,6 +182,7 @@ def run_operator(namespace: str, *, celery_app: str | None = None, project: Path
         yield running
     finally:
         OperatorProcesses(procs, logs).stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _free_port() -> int:
