@@ -19,12 +19,13 @@ import logging
 import os
 import socket
 import time
+from typing import Callable
 from dataclasses import dataclass, field, replace
 
 from django.db import close_old_connections, connection, transaction
 
 from . import cache, history, kube, logs, metrics, workqueue
-from .conf import RunLimits, settings
+from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
 from .workqueue import Claim, Dispatch, LeaseLost
@@ -126,6 +127,45 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
         return _run_claimed(claim, cls, registry, worker, task_id)
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One pass of user code over one key, and the decision on what follows."""
+
+    decision: Decision
+    seen: Seen
+    ctx: Context | None  # None when user code never ran (no object, no reconciler)
+    error: BaseException | None
+
+
+def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
+            backoff: Backoff, api: kube.ApiClient | None = None,
+            fence: Callable[[], None] | None = None) -> Attempt:
+    """Read the object, call the user's code, decide: what a worker does for a key it holds,
+    and what ``reconcilers.testing`` does for a test. Never raises for anything user code does.
+    """
+    seen, ctx = Seen(), None
+    try:
+        if cls is None:
+            raise PermanentError(f"no reconciler named {key.reconciler!r} is registered here")
+        api = api or kube.api_client()
+        seen.obj = read_object(cls, key, api)
+        if seen.obj is None:
+            return Attempt(decide(attempts=attempts, backoff=backoff, decided=Outcome.GONE),
+                           seen, None, None)
+        ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
+                      fence=fence)
+        try:
+            decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
+        finally:
+            seen.events, seen.final = ctx.events, ctx.obj
+        return Attempt(decide(attempts=attempts, backoff=backoff, result=result,
+                              decided=decided), seen, ctx, None)
+    except (Exception, SystemExit) as exc:
+        # SystemExit too: user code calling sys.exit() must not take the worker process (and
+        # every run it would have done) down with it; it is an error of this run, retried.
+        return Attempt(decide(attempts=attempts, backoff=backoff, error=exc), seen, ctx, exc)
+
+
 def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry, worker: str,
                  task_id: str) -> RunReport:
     key, conf = claim.key, settings()
@@ -133,28 +173,10 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
 
     started = utcnow()
     t0 = time.perf_counter()
-    seen = Seen()
     backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
-    try:
-        if cls is None:
-            raise PermanentError(f"no reconciler named {key.reconciler!r} is registered here")
-        api = kube.api_client()
-        seen.obj = read_object(cls, key, api)
-        if seen.obj is None:
-            decision = decide(attempts=claim.attempts, backoff=backoff, decided=Outcome.GONE)
-        else:
-            ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
-                          fence=claim.check_held)
-            try:
-                decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
-            finally:
-                seen.events, seen.final = ctx.events, ctx.obj
-            decision = decide(attempts=claim.attempts, backoff=backoff, result=result,
-                              decided=decided)
-    except (Exception, SystemExit) as exc:
-        # SystemExit too: user code calling sys.exit() must not take the worker process (and
-        # every run it would have done) down with it; it is an error of this run, retried.
-        decision = decide(attempts=claim.attempts, backoff=backoff, error=exc)
+    done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
+                   fence=claim.check_held)
+    decision, seen = done.decision, done.seen
     duration = time.perf_counter() - t0
     if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
         decision = replace(decision, error_message=(

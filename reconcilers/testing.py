@@ -38,11 +38,9 @@ from typing import Any, Iterator
 
 from . import kube
 from .conf import settings
-from .context import Context
-from .decision import decide
 from .models import Outcome
 from .registry import registry as default_registry
-from .runner import Seen, invoke, read_object
+from .runner import attempt
 from .spec import Reconciler
 from .vocab import Key
 
@@ -93,25 +91,11 @@ def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str
     name_of = reconciler if isinstance(reconciler, str) else reconciler.name()
     cls = default_registry.get_class(name_of)
     key = Key(name_of, namespace if cls.primary().namespaced else "", name)
-    api = api or kube.api_client()
-    backoff = settings().backoff(cls.backoff_base, cls.backoff_max)
-    seen, ctx, error = Seen(), None, None
-    try:
-        seen.obj = read_object(cls, key, api)
-        if seen.obj is None:
-            decision = decide(attempts=attempts, backoff=backoff, decided=Outcome.GONE)
-        else:
-            ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api)
-            decided, result = invoke(default_registry.get(name_of), cls, seen.obj, ctx, seen)
-            decision = decide(attempts=attempts, backoff=backoff, result=result,
-                              decided=decided)
-    except (Exception, SystemExit) as exc:
-        error = exc
-        decision = decide(attempts=attempts, backoff=backoff, error=exc)
-    return Run(outcome=decision.outcome, delay=decision.delay, error=error,
-               writes=[Write(*w) for w in (ctx.writes if ctx else [])],
-               events=list(ctx.events) if ctx else [],
-               obj=ctx.obj if ctx else seen.obj)
+    done = attempt(key, cls, default_registry, attempts=attempts,
+                   backoff=settings().backoff(cls.backoff_base, cls.backoff_max), api=api)
+    return Run(outcome=done.decision.outcome, delay=done.decision.delay, error=done.error,
+               writes=[Write(*w) for w in (done.ctx.writes if done.ctx else [])],
+               events=list(done.seen.events), obj=done.seen.final or done.seen.obj)
 
 
 # --- running the whole operator inside a test ----------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
@@ -34,8 +36,6 @@ def _external_link(setting: str, query: str, **fields: str) -> str:
     """A link built from the URL template in ``setting`` (``{query}`` and ``fields`` filled
     in, URL-quoted), or - with no template - the query itself to paste into Prometheus or the
     log search. A broken template says so instead of breaking the page."""
-    from urllib.parse import quote
-
     template = process_setting(setting, "")
     if not template:
         return format_html("<code>{}</code><br><small>set {} to make this a link</small>",
