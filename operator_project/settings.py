@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "reconcilers",
+    "operator_project",
 ]
 
 # The sample operators (kubernetes/sample-controller's Foo): on in development and tests
@@ -96,8 +97,9 @@ DATABASES = {"default": parse_database_url(_database_url)}
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-# The reconcilers app keeps its migrations in the top-level ``migrations/`` package.
-MIGRATION_MODULES = {"reconcilers": "migrations"}
+# The project's own migrations (admin roles) live in the top-level ``migrations/`` package; the
+# reconcilers app carries its schema migrations inside itself, as in any other project.
+MIGRATION_MODULES = {"operator_project": "migrations"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

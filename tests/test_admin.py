@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Group, Permission, User
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -93,6 +94,30 @@ def test_manual_resync_goes_through_the_ledger_and_its_run_links_to_the_audit_ro
     assert "manual" in record.triggers and record.audit_ids == [audit.pk]
     page = c.get(reverse("admin:reconcilers_reconcilerecord_change", args=[record.pk]))
     assert reverse("admin:reconcilers_auditlog_change", args=[audit.pk]) in page.content.decode()
+
+
+def test_the_projects_admin_roles_give_on_call_staff_resync_and_viewers_only_reading(items):
+    # The groups come from the project's own migration (top-level migrations/); apply it afresh,
+    # as a new installation's migrate does, since transactional tests empty the tables.
+    call_command("migrate", "operator_project", "zero", verbosity=0)
+    call_command("migrate", "operator_project", verbosity=0)
+
+    def member(role: str) -> Client:
+        user = User.objects.create_user(role.replace(" ", ""), password="pw", is_staff=True)
+        user.groups.add(Group.objects.get(name=role))
+        return client_for(user)
+
+    viewer = member("Operator viewers")
+    assert viewer.get(reverse(CHANGELIST)).status_code == 200
+    assert viewer.get(reverse("admin:reconcilers_reconcilerecord_changelist")).status_code == 200
+    assert post_action(viewer, "resync_selected", items).status_code == 403
+    assert not WorkItem.objects.filter(state="queued").exists()
+
+    on_call = member("Operator on-call")
+    assert post_action(on_call, "resync_selected", items).status_code == 302
+    assert WorkItem.objects.filter(state="queued").count() == 2
+    assert post_action(on_call, "pause_selected", items).status_code == 302
+    assert WorkItem.objects.filter(paused=True).count() == 2
 
 
 def test_pause_and_resume_are_audited_and_a_paused_key_waits(items):

@@ -144,7 +144,11 @@ class ThisProject(Impl):
 
 
 def _migrations_state() -> tuple:
-    return tuple(sorted(p.name for p in (REPO / "migrations").glob("*.py")))
+    return tuple(sorted(
+        str(p.relative_to(REPO))
+        for d in (REPO / "migrations", REPO / "reconcilers" / "migrations")
+        for p in d.glob("*.py")
+    ))
 
 
 def _git_version() -> str:
