@@ -4,8 +4,8 @@
 #   docker build -t django-crd-operator .
 #   docker build --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm -t django-crd-operator .
 #
-# The builder stage installs requirements.lock (every package the image runs, pinned; no test
-# tools - they are in requirements-dev.lock) into a venv. The final
+# The builder stage installs requirements.lock (every package the image runs, pinned and hashed;
+# no test tools - they are in requirements-dev.lock) into a venv. The final
 # stage gets only the venv and the code - no pip cache, no build tools - and runs as an
 # unprivileged user (uid 10001, numeric so Kubernetes' runAsNonRoot can verify it).
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -15,10 +15,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/venv
 COPY requirements.lock /tmp/requirements.lock
-# Everything in the lock is pinned. Not --no-deps: the lock is frozen on one interpreter, and an
-# older one may need a conditional extra (redis needs async-timeout below Python 3.11.3, e.g.
-# Debian bookworm's 3.11.2). `pip check` fails the build on any inconsistency.
-RUN /opt/venv/bin/pip install -r /tmp/requirements.lock \
+# Every package in the lock is pinned with its hashes (pip refuses anything else, dependencies
+# included: --require-hashes --no-deps). The lock is universal, so its markers pick what this
+# interpreter needs (redis needs async-timeout below Python 3.11.3, e.g. Debian bookworm's
+# 3.11.2). `pip check` fails the build on any inconsistency.
+RUN /opt/venv/bin/pip install --require-hashes --no-deps -r /tmp/requirements.lock \
  && /opt/venv/bin/pip check
 
 FROM ${PYTHON_IMAGE}
