@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 sys.path.insert(0, str(REPO))
 
-from devstack import config as stack_config  # noqa: E402
+from reconcilers.devstack import config as stack_config  # noqa: E402
 
 
 def cache_root() -> Path:

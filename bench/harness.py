@@ -77,7 +77,7 @@ class Runner:
     def prepare(self) -> None:
         import fcntl
 
-        from devstack import controlplane
+        from reconcilers.devstack import controlplane
 
         # One harness at a time per scratch dir: a second one would delete the first one's
         # namespaces, kill its processes and truncate its ledger.

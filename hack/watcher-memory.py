@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devstack.config import load  # noqa: E402
+from reconcilers.devstack.config import load  # noqa: E402
 
 
 def main() -> None:

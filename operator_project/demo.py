@@ -1,4 +1,4 @@
-"""``make demo``: the operator on the local stack, in the foreground, until Ctrl-C.
+"""``make demo`` (``python -m operator_project.demo``): this project on the local stack, in the foreground, until Ctrl-C.
 
 Runs migrations, makes an admin user (password kept in ``.local/admin-password`` and printed),
 then starts every role as a child process - web (the admin), Celery worker, Celery beat, and
@@ -19,13 +19,14 @@ from pathlib import Path
 
 from reconcilers.environ import load_env_file
 
-from . import config
+from reconcilers.devstack import config
 
+REPO = Path(__file__).resolve().parent.parent
 ROLES_BEFORE_WATCH = ("web", "worker", "beat")
 
 
 def _manage(*args: str) -> list[str]:
-    return [sys.executable, str(config.REPO / "manage.py"), *args]
+    return [sys.executable, str(REPO / "manage.py"), *args]
 
 
 def _role_commands(cfg: config.StackConfig, port: int) -> dict[str, list[str]]:
@@ -37,7 +38,7 @@ def _role_commands(cfg: config.StackConfig, port: int) -> dict[str, list[str]]:
         "beat": [sys.executable, "-m", "celery", "-A", "operator_project", "beat",
                  "--loglevel", "INFO", "--schedule", str(cfg.state_dir / "celerybeat-schedule")],
     }
-    if (config.REPO / "reconcilers" / "management" / "commands" / "watch.py").exists():
+    if (REPO / "reconcilers" / "management" / "commands" / "watch.py").exists():
         commands["watcher"] = _manage("watch")
     return commands
 
@@ -53,7 +54,7 @@ def _admin_password(cfg: config.StackConfig) -> str:
 def _apply_samples(kubeconfig: str, stopping: threading.Event) -> None:
     """Create the sample objects once the watcher has installed their CRDs."""
     kubectl = Path(os.environ.get("OPERATOR_CONTROL_PLANE_BIN", "")) / "kubectl"
-    examples = config.REPO / "reconcilers" / "contrib" / "samplecontroller" / "examples"
+    examples = REPO / "reconcilers" / "contrib" / "samplecontroller" / "examples"
     for _ in range(120):
         out = subprocess.run([str(kubectl), "apply", "-f", str(examples)],
                              env={**os.environ, "KUBECONFIG": kubeconfig},

@@ -15,9 +15,15 @@ ledger, Celery or the watcher. Nothing is recorded in history. A reconcile that 
 re-raised: its outcome and exception are in the ``Run``, as a worker would record them.
 
 ``run_operator(namespace)`` runs your project's watcher and a worker around a block, for tests
-that go through the whole pipeline. As a pytest plugin (``pytest_plugins =
-["reconcilers.testing"]``) the module also gives the fixtures ``kube_api`` and
-``k8s_namespace``.
+that go through the whole pipeline. As a pytest plugin the module also gives the fixtures
+``kube_api`` and ``k8s_namespace``, and the option ``--local-stack``: before Django reads your
+settings it brings up this package's local stack (PostgreSQL, Redis, etcd, kube-apiserver and
+kube-controller-manager on 127.0.0.1, built and cached on first use; ``reconcilers.devstack``)
+and points ``KUBECONFIG``, ``DATABASE_URL`` and ``REDIS_URL`` at it. Without it the fixtures
+use the cluster ``KUBECONFIG`` names. For the option, load the plugin from the command line or
+``addopts`` (``-p reconcilers.testing --local-stack``): a conftest.py is read after Django.
+
+The module imports nothing of Django at import time, so pytest can load it that early.
 """
 
 from __future__ import annotations
@@ -36,13 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from typing import TYPE_CHECKING
+
 from . import kube
-from .conf import settings
-from .models import Outcome
-from .registry import registry as default_registry
-from .runner import attempt
-from .spec import Reconciler
 from .vocab import Key
+
+if TYPE_CHECKING:
+    from .spec import Reconciler
 
 __all__ = ["OperatorProcesses", "Run", "Write", "reconcile_once", "run_operator"]
 
@@ -79,7 +85,7 @@ class Run:
 
     @property
     def ok(self) -> bool:
-        return self.outcome in (Outcome.SUCCESS, Outcome.REQUEUE_AFTER)
+        return self.outcome in ("success", "requeue_after")
 
 
 def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str, *,
@@ -88,6 +94,10 @@ def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str
 
     ``attempts``: failures before this run, as the ledger would count them (the backoff of an
     error's retry grows with it)."""
+    from .conf import settings
+    from .registry import registry as default_registry
+    from .runner import attempt
+
     name_of = reconciler if isinstance(reconciler, str) else reconciler.name()
     cls = default_registry.get_class(name_of)
     key = Key(name_of, namespace if cls.primary().namespaced else "", name)
@@ -125,13 +135,15 @@ class OperatorProcesses:
 
 @contextlib.contextmanager
 def run_operator(namespace: str, *, celery_app: str | None = None, project: Path | None = None,
-                 env: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, migrate: bool = True,
                  timeout: float = 90) -> Iterator[OperatorProcesses]:
     """Run the watcher (for ``namespace`` only) and one prefork worker of the project in
     ``project`` (default: the current directory) until the block ends. Ready when both answer
     ``/readyz`` (each on a free port): the watcher leads with synced caches, the worker
     consumes. ``celery_app``: what ``celery -A`` takes (default: the settings module's
-    package, as ``django-admin startproject`` lays it out)."""
+    package, as ``django-admin startproject`` lays it out). ``migrate``: bring the database
+    the processes use up to date first (a no-op when it is; a fresh ``--local-stack`` database
+    needs it)."""
     project = Path(project or os.getcwd())
     settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "")
     celery_app = celery_app or settings_module.rpartition(".")[0] or settings_module
@@ -144,6 +156,11 @@ def run_operator(namespace: str, *, celery_app: str | None = None, project: Path
                 "worker": [sys.executable, "-m", "celery", "-A", celery_app, "worker",
                            "--pool", "prefork", "--concurrency", "2", "--without-gossip",
                            "--without-mingle", "--loglevel", "INFO"]}
+    if migrate:
+        done = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+                              cwd=project, env=run_env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py migrate failed:\n{done.stdout}{done.stderr}")
     logs, procs = {}, []
     scratch = Path(tempfile.mkdtemp(prefix="operator-test-"))
     try:
@@ -190,14 +207,52 @@ try:
 except ImportError:  # the helpers above work without pytest
     pytest = None
 
+STACK_VARIABLES = ("KUBECONFIG", "DATABASE_URL", "REDIS_URL")
+
 if pytest is not None:
+
+    def pytest_addoption(parser) -> None:
+        parser.getgroup("reconcilers").addoption(
+            "--local-stack", action="store_true",
+            help="bring up the local stack (reconcilers.devstack) and point KUBECONFIG, "
+                 "DATABASE_URL and REDIS_URL at it before Django loads")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_load_initial_conftests(early_config, parser, args):
+        # A wrapper runs before pytest-django's own hook, which loads the settings.
+        if getattr(early_config.known_args_namespace, "local_stack", False):
+            from .devstack import config, stack
+
+            env = stack.up(config.load())
+            os.environ.update({k: env[k] for k in STACK_VARIABLES})
+        return (yield)
 
     @pytest.fixture(scope="session")
     def kube_api() -> kube.ApiClient:
         """A client for the cluster ``KUBECONFIG`` names (in-cluster credentials without)."""
-        api = kube.api_client()
-        kube.version(api)  # fail here, clearly, when there is no cluster to talk to
+        try:
+            api = kube.api_client()
+            kube.version(api)
+        except Exception as exc:  # fail here, clearly, when there is no cluster to talk to
+            pytest.fail(f"no Kubernetes cluster to test against ({exc}); set KUBECONFIG, or "
+                        "run pytest with `-p reconcilers.testing --local-stack`", pytrace=False)
         return api
+
+    @pytest.fixture(scope="session")
+    def k8s_crds(kube_api) -> list[str]:
+        """The CRDs of every registered reconciler that ships one (``<app>/crds/``, what
+        ``manage.py makecrds`` writes), applied once per session and Established."""
+        from .crds import apply_manifest, manifest_for
+        from .registry import autodiscover, registry
+
+        autodiscover()
+        applied = []
+        for name in registry.names():
+            path = manifest_for(registry.get_class(name))
+            if path is not None:
+                apply_manifest(kube_api, path)
+                applied.append(path.stem)
+        return applied
 
     @pytest.fixture
     def k8s_namespace(kube_api) -> Iterator[str]:

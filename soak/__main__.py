@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devstack import config as stack_config  # noqa: E402
-from devstack import controlplane, process, services  # noqa: E402
+from reconcilers.devstack import config as stack_config  # noqa: E402
+from reconcilers.devstack import controlplane, process, services  # noqa: E402
 
 GROUP, VERSION, PLURAL = "soak.operator.local", "v1", "soakitems"
 CRD = REPO / "soak" / "soakapp" / "crds" / "soakitems.soak.operator.local.yaml"

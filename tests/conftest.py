@@ -1,6 +1,6 @@
 """The fixture layer: real services only.
 
-Every fixture here talks to a real process started by ``make up`` (``python -m devstack up``):
+Every fixture here talks to a real process started by ``make up`` (``python -m reconcilers.devstack up``):
 
 - ``stack``          (session) the local stack's settings; fails with a clear message when the
                      control plane is not up (``make test`` brings it up first).
@@ -40,8 +40,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devstack import config as stack_config  # noqa: E402
-from devstack import controlplane  # noqa: E402
+from reconcilers.devstack import config as stack_config  # noqa: E402
+from reconcilers.devstack import controlplane  # noqa: E402
 
 ARTIFACTS = REPO / "test-artifacts"
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
 

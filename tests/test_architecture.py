@@ -123,3 +123,15 @@ def test_only_the_metrics_module_imports_prometheus_client():
     inner, _ = _imports()
     assert inner["reconcilers.metrics"] == set()
     assert inner["reconcilers.probes"] <= {"reconcilers.metrics"}
+
+
+def test_the_local_stack_needs_only_the_standard_library():
+    """``python3 -m reconcilers.devstack up`` runs before any virtualenv exists."""
+    import sys
+
+    inner, outer = _imports()
+    stack = {m for m in outer if m.startswith("reconcilers.devstack")}
+    assert stack
+    for module in stack:
+        assert inner[module] <= stack, module
+        assert outer[module] - {"", "reconcilers"} <= set(sys.stdlib_module_names), module

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from devstack.config import REPO
+from tests.helpers import REPO
 
 SCRIPT = """
 import os, sys

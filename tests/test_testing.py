@@ -68,7 +68,7 @@ def test_the_readmes_example_the_sample_foo_creates_its_deployment(kube, namespa
                                                                     redis_client):
     from kubernetes import client
 
-    from devstack.config import REPO
+    from tests.helpers import REPO
     from reconcilers import crds
 
     crds.apply_manifest(kube, REPO / "reconcilers/contrib/samplecontroller/crds"

@@ -1,7 +1,7 @@
 """controller-runtime: a small Go operator (``bench/peers/controller-runtime``), and its sibling
 ``apiload`` (the loader and the api-server ceiling), built from the Go module proxy.
 
-The binaries are built with the toolchain ``hack/ensure-go.sh`` finds or installs and cached
+The binaries are built with the toolchain ``reconcilers/devstack/ensure-go.sh`` finds or installs and cached
 under ``<cache>/bench/controller-runtime-<hash of the module's sources>/``: changing a source
 file rebuilds, anything else reuses. Two variants run: controller-runtime's defaults (in v0.23
 the client-side rate limiter is off: QPS -1, relying on API Priority and Fairness) and an
@@ -51,7 +51,7 @@ def ensure_binaries() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / OPERATOR).exists() and (out / APILOAD).exists():
             return out
-        go = subprocess.run(["bash", str(REPO / "hack" / "ensure-go.sh")], check=True,
+        go = subprocess.run(["bash", str(REPO / "reconcilers" / "devstack" / "ensure-go.sh")], check=True,
                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
         env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0",
                "GOPROXY": os.environ.get("GOPROXY", "https://proxy.golang.org")}

@@ -1,70 +1,50 @@
-"""``python -m devstack up|down|status|env`` - the commands behind ``make up`` / ``make down``."""
+"""``python -m reconcilers.devstack up|down|status|build|run`` - behind ``make up`` / ``make down``.
+
+``run CMD...`` brings the stack up and runs CMD with ``KUBECONFIG``, ``DATABASE_URL`` and
+``REDIS_URL`` pointing at it (for example ``python -m reconcilers.devstack run pytest``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from . import config, controlplane, services
-from .process import StartError, read_pid
-
-
-def write_env(cfg: config.StackConfig) -> None:
-    bins = controlplane.binary_dir()
-    cfg.env_file.write_text(
-        f"KUBECONFIG={cfg.kubeconfig}\n"
-        f"DATABASE_URL={cfg.database_url}\n"
-        f"REDIS_URL={cfg.redis_url}\n"
-        f"OPERATOR_CONTROL_PLANE_BIN={bins}\n"
-        # The local stack is for development and tests only.
-        "DEBUG=1\n"
-        "OPERATOR_SAMPLES=1\n"
-    )
-
-
-def up(cfg: config.StackConfig) -> None:
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    services.ensure_packages()
-    services.start_postgres(cfg)
-    services.start_redis(cfg)
-    controlplane.start(cfg)
-    write_env(cfg)
-    print(f"stack up; connection settings in {cfg.env_file}")
-
-
-def down(cfg: config.StackConfig) -> None:
-    stopped = controlplane.stop_all(cfg)
-    if services.stop_redis(cfg):
-        stopped.append("redis")
-    if services.stop_postgres(cfg):
-        stopped.append("postgres")
-    print("stopped: " + (", ".join(stopped) or "nothing was running"))
-
-
-def status(cfg: config.StackConfig) -> int:
-    names = ["postgres", "redis", "etcd", "kube-apiserver", "kube-controller-manager"]
-    down_ = 0
-    for name in names:
-        pid = read_pid(cfg.run_dir / f"{name}.pid")
-        print(f"{name:26} {'running pid ' + str(pid) if pid else 'stopped'}")
-        down_ += pid is None
-    return 1 if down_ else 0
+from . import config, controlplane, stack
+from .process import StartError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status", "build"])
+    parser = argparse.ArgumentParser(prog="python -m reconcilers.devstack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status", "build", "run"])
+    parser.add_argument("--purge", action="store_true",
+                        help="down: also delete the services' data")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # everything after `run` is the command, options included
+        argv, command = argv[:1], argv[1:]
+        command = command[1:] if command[:1] == ["--"] else command
     args = parser.parse_args(argv)
     cfg = config.load()
     try:
         if args.command == "up":
-            up(cfg)
+            stack.up(cfg)
+            print(f"stack up; connection settings in {cfg.env_file}")
         elif args.command == "down":
-            down(cfg)
+            stopped = stack.down(cfg, purge=args.purge)
+            print("stopped: " + (", ".join(stopped) or "nothing was running"))
         elif args.command == "status":
-            return status(cfg)
+            pids = stack.status(cfg)
+            for name, pid in pids.items():
+                print(f"{name:26} {'running pid ' + str(pid) if pid else 'stopped'}")
+            return 1 if None in pids.values() else 0
         elif args.command == "build":
             print(controlplane.binary_dir())
+        elif args.command == "run":
+            if not command:
+                parser.error("run needs a command, e.g. `run pytest`")
+            env = {**os.environ, **stack.up(cfg)}
+            os.execvpe(command[0], command, env)
     except StartError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

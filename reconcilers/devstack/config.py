@@ -6,7 +6,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+
+
+def _default_state_dir() -> Path:
+    """``.local/`` of this repository's checkout when run from one; else of the current
+    directory (a project that pip-installed the app keeps its stack beside its manage.py)."""
+    checkout = HERE.parent.parent
+    if (checkout / "operator_project").is_dir() and (checkout / "reconcilers").is_dir():
+        return checkout / ".local"
+    return Path.cwd() / ".local"
 
 
 def _port(name: str, default: int) -> int:
@@ -60,7 +69,7 @@ class StackConfig:
 def load() -> StackConfig:
     """Ports are unusual on purpose, so the stack never collides with a system service."""
     return StackConfig(
-        state_dir=Path(os.environ.get("OPERATOR_STATE_DIR", REPO / ".local")).resolve(),
+        state_dir=Path(os.environ.get("OPERATOR_STATE_DIR") or _default_state_dir()).resolve(),
         etcd_port=_port("OPERATOR_ETCD_PORT", 12379),
         etcd_peer_port=_port("OPERATOR_ETCD_PEER_PORT", 12380),
         apiserver_port=_port("OPERATOR_APISERVER_PORT", 16443),

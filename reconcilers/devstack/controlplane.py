@@ -15,7 +15,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from .config import REPO, StackConfig
+from .config import HERE, StackConfig
 from .process import StartError, port_open, read_pid, spawn, stop, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -25,7 +25,7 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 def build_binaries() -> Path:
     """Build (or find cached) binaries; returns their directory."""
     out = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-control-plane.sh")],
+        ["bash", str(HERE / "build-control-plane.sh")],
         check=True, stdout=subprocess.PIPE, text=True,
     )
     return Path(out.stdout.strip().splitlines()[-1])

@@ -59,7 +59,7 @@ def _pg_user() -> str | None:
     return "postgres" if os.geteuid() == 0 else None
 
 
-def _pg_data_dir(cfg: StackConfig) -> Path:
+def pg_data_dir(cfg: StackConfig) -> Path:
     data = cfg.state_dir / "postgres"
     user = _pg_user()
     if user and subprocess.run(
@@ -86,7 +86,7 @@ def start_postgres(cfg: StackConfig) -> None:
     bindir = postgres_bindir()
     if bindir is None:
         raise StartError("PostgreSQL is not installed")
-    data = _pg_data_dir(cfg)
+    data = pg_data_dir(cfg)
     user = _pg_user()
     if not (data / "PG_VERSION").exists():
         data.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def start_postgres(cfg: StackConfig) -> None:
 def stop_postgres(cfg: StackConfig) -> bool:
     """A fast shutdown of the postmaster itself (every client cut off at once, no recovery
     needed at the next start), then the process that started it, if still there."""
-    pidfile = _pg_data_dir(cfg) / "postmaster.pid"
+    pidfile = pg_data_dir(cfg) / "postmaster.pid"
     try:
         postmaster = int(pidfile.read_text().split()[0])
     except (OSError, ValueError, IndexError):

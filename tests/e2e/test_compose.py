@@ -23,6 +23,7 @@ import secrets
 import shlex
 import socket
 import subprocess
+import textwrap
 import time
 import urllib.parse
 import urllib.request
@@ -380,3 +381,70 @@ def test_the_image_carries_no_test_tools_and_no_kubeconfig(project_image):
                              "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "[] []"
+
+
+def test_the_image_runs_exactly_the_hashed_lock(project_image):
+    """Every installed distribution is a lock entry whose marker holds for the image's Python
+    (bookworm's 3.11.2 gets async-timeout), and every such entry is installed at its pin."""
+    probe = textwrap.dedent(r"""
+        import importlib.metadata as md, json, re, sys
+        from packaging.requirements import Requirement
+        text = re.sub(r"\\\n", " ", open("/app/requirements.lock").read())
+        want = {}
+        for line in text.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith(("#", "-")):
+                req = Requirement(re.sub(r"\s*--hash=\S+", "", line))
+                if req.marker is None or req.marker.evaluate():
+                    want[req.name.lower().replace("_", "-")] = str(req.specifier)[2:]
+        have = {d.metadata["Name"].lower().replace("_", "-"): d.version
+                for d in md.distributions() if d.metadata["Name"] not in ("pip", "setuptools")}
+        print(json.dumps({"python": list(sys.version_info[:3]), "want": want, "have": have}))
+    """)
+    result = subprocess.run(["docker", "run", "--rm", "--network", "none", IMAGE, "python",
+                             "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout)
+    assert found["have"] == found["want"]
+    assert ("async-timeout" in found["have"]) == (tuple(found["python"]) < (3, 11, 3))
+
+def test_an_image_built_from_this_one_runs_its_own_app(project_image, tmp_path):
+    """README "Your apps in the image": FROM this image, COPY an app, name it in OPERATOR_APPS -
+    the app's reconciler is registered and its RBAC rules are generated, no framework file
+    edited."""
+    app = tmp_path / "myapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "reconcilers.py").write_text(textwrap.dedent("""
+        from reconcilers.api import Reconciler, register
+
+
+        @register
+        class GreetingReconciler(Reconciler):
+            group, version, kind, plural = "", "v1", "ConfigMap", "configmaps"
+
+            def reconcile(self, obj, ctx):
+                return None
+    """))
+    (tmp_path / "Dockerfile").write_text(textwrap.dedent(f"""
+        FROM {IMAGE}
+        COPY myapp /app/myapp
+        ENV OPERATOR_APPS=myapp
+    """))
+    derived = "django-crd-operator-derived:e2e"
+    _run(["docker", "build", "-t", derived, str(tmp_path)], 300,
+         env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        env = ["-e", "SECRET_KEY=derived-image-test", "-e",
+               "DATABASE_URL=postgres://nobody@127.0.0.1:1/none", "-e", "REDIS_URL=redis://127.0.0.1:1/0"]
+        probe = ("import django; django.setup(); "
+                 "from reconcilers.registry import autodiscover, registry; autodiscover(); "
+                 "print(' '.join(registry.names()))")
+        names = _run(["docker", "run", "--rm", "--network", "none", *env, derived,
+                      "python", "-c", probe], 120).stdout.split()
+        assert "configmaps" in names, names
+        rbac = _run(["docker", "run", "--rm", "--network", "none", *env, derived,
+                     "python", "manage.py", "rbac"], 120).stdout
+        assert "configmaps" in rbac, rbac
+    finally:
+        subprocess.run(["docker", "rmi", "-f", derived], capture_output=True, timeout=120)

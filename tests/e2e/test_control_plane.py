@@ -11,16 +11,16 @@ import uuid
 import pytest
 from kubernetes import client, watch
 
-from devstack.config import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 
 
 def _pinned_kubernetes_version() -> str:
-    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+    for line in (REPO / "reconcilers" / "devstack" / "versions.env").read_text().splitlines():
         if line.startswith("KUBERNETES_VERSION="):
             return line.split("=", 1)[1]
-    raise AssertionError("KUBERNETES_VERSION not pinned in hack/versions.env")
+    raise AssertionError("KUBERNETES_VERSION not pinned in reconcilers/devstack/versions.env")
 
 
 def _wait(predicate, timeout: float = 30, what: str = "condition"):
@@ -166,3 +166,16 @@ def test_garbage_collector_deletes_owned_objects_with_their_owner(kube, namespac
         return False
 
     _wait(child_gone, timeout=60, what="garbage collection of the owned ConfigMap")
+
+
+def test_devstack_run_gives_a_command_the_running_stack(stack):
+    """`python -m reconcilers.devstack run CMD` (the test kit's other door) leaves a running
+    stack alone and hands CMD its connection settings, options after the command included."""
+    out = subprocess.run(
+        ["python3", "-m", "reconcilers.devstack", "run", "sh", "-c",
+         'echo "$KUBECONFIG $DATABASE_URL $REDIS_URL"', "--purge"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == [str(stack.kubeconfig), stack.database_url, stack.redis_url]
+    status = subprocess.run(["python3", "-m", "reconcilers.devstack", "status"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout

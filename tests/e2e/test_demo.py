@@ -24,7 +24,7 @@ def test_demo_runs_the_sample_operator_serves_the_admin_and_stops_on_ctrl_c(star
     from tests.helpers import wait_for
 
     port = _free_port()
-    demo = start_process("demo", [sys.executable, "-m", "devstack.demo"],
+    demo = start_process("demo", [sys.executable, "-m", "operator_project.demo"],
                          env={"OPERATOR_DEMO_PORT": str(port)})
     demo.wait_for_log("Login:      admin / ", timeout=90)
     demo.wait_for_log("celery@", timeout=60)

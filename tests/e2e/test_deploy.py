@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from devstack.config import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 

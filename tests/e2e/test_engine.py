@@ -192,7 +192,7 @@ def test_a_worker_killed_mid_reconcile_loses_nothing(kube, namespace, operator):
 
 
 def test_redis_restarted_empty_loses_no_work(kube, namespace, operator, stack, redis_client):
-    from devstack import services
+    from reconcilers.devstack import services
 
     operator.start_watcher(PROBE)
     operator.start_beat(operator.schedule)
@@ -306,7 +306,7 @@ def test_a_database_outage_loses_no_events(kube, namespace, operator, stack):
 
     from django.db import connection
 
-    from devstack import services
+    from reconcilers.devstack import services
 
     operator.start_watcher(PROBE)
     operator.start_worker()

@@ -143,7 +143,7 @@ def _the_dashboard_asks_only_for_what_is_exported(scraped: set[str]) -> None:
 
     from prometheus_client import Counter, Histogram
 
-    from devstack.config import REPO
+    from tests.helpers import REPO
     from reconcilers import metrics
 
     declared = set()
@@ -163,7 +163,7 @@ def _the_dashboard_asks_only_for_what_is_exported(scraped: set[str]) -> None:
 def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(operator, stack):
     from django.db import connections
 
-    from devstack import services
+    from reconcilers.devstack import services
 
     watcher, worker = _start(operator)
 
@@ -243,7 +243,7 @@ def test_the_compose_healthchecks_ask_the_processes_own_endpoints(operator):
 
     import yaml
 
-    from devstack.config import REPO
+    from tests.helpers import REPO
 
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.config import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,8 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_project(wheel):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"reconcilers"}
     for needed in ("reconcilers/migrations/0001_initial.py", "reconcilers/py.typed",
+                   "reconcilers/devstack/build-control-plane.sh",
+                   "reconcilers/devstack/versions.env",
                    "reconcilers/templates/reconcilers/admin/dashboard.html",
                    "reconcilers/contrib/samplecontroller/crds/foos.samplecontroller.k8s.io.yaml"):
         assert needed in names
@@ -67,14 +69,18 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
     database = f"package_{os.getpid()}"
     _admin_sql(stack, f"CREATE DATABASE {database}")
     settings = tmp_path / "mysite" / "settings.py"
-    settings.write_text(settings.read_text() + textwrap.dedent(f"""
+    settings.write_text(settings.read_text() + textwrap.dedent("""
+        import os
+        from urllib.parse import urlsplit
+
         INSTALLED_APPS += ["accounts", "reconcilers", "reconcilers.contrib.samplecontroller"]
         AUTH_USER_MODEL = "accounts.Person"
-        DATABASES = {{"default": {{
-            "ENGINE": "django.db.backends.postgresql", "NAME": "{database}",
-            "HOST": "127.0.0.1", "PORT": "{stack.postgres_port}",
-            "USER": "{stack.db_user}", "PASSWORD": "{stack.db_password}"}}}}
-        REDIS_URL = "redis://127.0.0.1:{stack.redis_port}/9"
+        _db = urlsplit(os.environ["DATABASE_URL"])
+        DATABASES = {"default": {
+            "ENGINE": "django.db.backends.postgresql", "NAME": _db.path.lstrip("/"),
+            "HOST": _db.hostname, "PORT": _db.port, "USER": _db.username,
+            "PASSWORD": _db.password}}
+        REDIS_URL = os.environ["REDIS_URL"]
         CELERY_BROKER_URL = REDIS_URL
     """))
     # The project's own Celery app, as Celery's Django guide writes it.
@@ -92,6 +98,9 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
         "from .celery import app as celery_app\n\n__all__ = ['celery_app']\n")
     env = {"PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path),
            "DJANGO_SETTINGS_MODULE": "mysite.settings", "KUBECONFIG": str(stack.kubeconfig),
+           "DATABASE_URL": (f"postgres://{stack.db_user}:{stack.db_password}"
+                            f"@127.0.0.1:{stack.postgres_port}/{database}"),
+           "REDIS_URL": f"redis://127.0.0.1:{stack.redis_port}/9",
            "RECONCILERS_NAMESPACES": namespace, "RECONCILERS_APPLY_CRDS": "1",
            "RECONCILERS_LEASE_NAME": f"package-{namespace}",
            "OPERATOR_WATCHER_HTTP_PORT": "0", "OPERATOR_WORKER_HTTP_PORT": "0"}
@@ -140,6 +149,23 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
         out = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests_mine"],
                    tmp_path, env, timeout=600)
         assert "2 passed" in out, out
+
+        # The same tests with no cluster and no services of their own: the kit's --local-stack
+        # brings up the packaged stack (PostgreSQL, Redis, etcd, kube-apiserver, controller
+        # manager) on other ports before Django loads; the control plane binaries come from
+        # the build cache, as they would on a developer's machine after the first run.
+        own = {k: v for k, v in env.items() if k not in ("KUBECONFIG", "DATABASE_URL", "REDIS_URL")}
+        own.update(_own_stack_ports(), OPERATOR_STATE_DIR=str(tmp_path / "own-stack"),
+                   OPERATOR_CACHE_DIR=_build_cache())
+        try:
+            out = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "reconcilers.testing", "--local-stack", "tests_mine"],
+                       tmp_path, own, timeout=900)
+            assert "2 passed" in out, out
+            assert (tmp_path / "own-stack" / "kubeconfig").exists()
+        finally:
+            _run([python, "-m", "reconcilers.devstack", "down", "--purge"], tmp_path, own)
+        assert not (tmp_path / "own-stack").exists()
     finally:
         for proc in processes:
             proc.terminate()
@@ -149,6 +175,22 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
             except subprocess.TimeoutExpired:
                 proc.kill()
         _admin_sql(stack, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def _own_stack_ports() -> dict[str, str]:
+    import socket
+
+    ports = {}
+    for name in ("ETCD", "ETCD_PEER", "APISERVER", "POSTGRES", "REDIS"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports[f"OPERATOR_{name}_PORT"] = str(s.getsockname()[1])
+    return ports
+
+
+def _build_cache() -> str:
+    return os.environ.get("OPERATOR_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "django-crd-operator")
 
 
 def _write_users_tests(project: Path) -> None:
@@ -173,14 +215,15 @@ def _write_users_tests(project: Path) -> None:
                           "spec": {"deploymentName": f"{name}-nginx", "replicas": 1}})
 
 
-        def test_one_reconcile(kube_api, k8s_namespace):
+        def test_one_reconcile(kube_api, k8s_crds, k8s_namespace):
+            assert "foos.samplecontroller.k8s.io" in k8s_crds
             create_foo(kube_api, k8s_namespace, "one")
             run = reconcile_once(FOO, k8s_namespace, "one")
             assert run.outcome == "success", run.error
             assert ("POST", "deployments") in [(w.method, w.kind) for w in run.writes]
 
 
-        def test_the_operator_converges(kube_api, k8s_namespace):
+        def test_the_operator_converges(kube_api, k8s_crds, k8s_namespace):
             with run_operator(k8s_namespace):
                 create_foo(kube_api, k8s_namespace, "two")
                 path = f"/apis/apps/v1/namespaces/{k8s_namespace}/deployments/two-nginx"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from devstack.config import REPO
+from tests.helpers import REPO
 from soak import check
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from devstack.config import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 
