@@ -12,12 +12,13 @@ from .kube import ApiError
 from .registry import Registry, register
 from .results import PermanentError, Result, TemporaryError
 from .spec import Reconciler
-from .vocab import GVR, Key, Owns
+from .vocab import GVR, Index, Key, Owns, Watches
 
 __all__ = [
     "ApiError",
     "Context",
     "GVR",
+    "Index",
     "Key",
     "NotOwnedError",
     "Owns",
@@ -26,6 +27,7 @@ __all__ = [
     "Registry",
     "Result",
     "TemporaryError",
+    "Watches",
     "events",
     "predicates",
     "register",

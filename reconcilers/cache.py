@@ -3,7 +3,10 @@
 Workers are separate processes, so client-go's in-memory Indexer becomes one Redis hash per
 watched resource (``operator:obj:<group>/<version>/<plural>``, field ``<namespace>/<name>``).
 ``operator:synced:<resource>:<namespace>`` (``*`` for a stream of every namespace) marks a
-scope whose initial list is complete: only then does a cache miss there mean "deleted". If
+scope whose initial list is complete: only then does a cache miss there mean "deleted".
+Indexes (``Index``) are sets per stream scope, ``operator:idx:<resource>:<scope>:<index>:<value>``
+of object fields, written in the same transaction as the objects; ``operator:indexes:<resource>:
+<scope>`` names the indexes that scope's watcher keeps. If
 Redis restarts empty the markers are gone too, readers fall back to the api-server, and the
 watcher notices and relists. Only this module knows the key layout.
 
@@ -93,6 +96,65 @@ def objects(gvr: GVR, namespace: str | None = None) -> dict[str, dict]:
     match = f"{namespace}/*" if namespace else None
     return {k.decode(): json.loads(v)
             for k, v in get_redis().hscan_iter(_objects_key(gvr), match=match, count=1000)}
+
+
+# --- indexes ------------------------------------------------------------------------------
+
+
+def _index_key(gvr: GVR, scope: str | None, index: str, value: str) -> str:
+    return f"operator:idx:{gvr.id}:{scope or '*'}:{index}:{value}"
+
+
+def _indexes_key(gvr: GVR, scope: str | None) -> str:
+    return f"operator:indexes:{gvr.id}:{scope or '*'}"
+
+
+def reindex(gvr: GVR, scope: str | None, path: str, old: Mapping[str, set[str]],
+            new: Mapping[str, set[str]], pipe: redis.client.Pipeline) -> None:
+    """File ``path`` under its new values of each index, and out of the ones it left."""
+    for index in set(old) | set(new):
+        before, after = old.get(index, set()), new.get(index, set())
+        for value in before - after:
+            pipe.srem(_index_key(gvr, scope, index, value), path)
+        for value in after - before:
+            pipe.sadd(_index_key(gvr, scope, index, value), path)
+
+
+def reset_indexes(gvr: GVR, scope: str | None, names: Iterable[str],
+                  pipe: redis.client.Pipeline) -> None:
+    """Drop every index set of this scope (in ``pipe``) and record which indexes it keeps from
+    now on: a watcher that starts with other index functions never serves stale sets."""
+    pattern = f"operator:idx:{gvr.id}:{scope or '*'}:*"
+    stale = [k for k in get_redis().scan_iter(match=pattern, count=1000)]
+    for start in range(0, len(stale), 1000):
+        pipe.delete(*stale[start:start + 1000])
+    pipe.delete(_indexes_key(gvr, scope))
+    names = list(names)
+    if names:
+        pipe.sadd(_indexes_key(gvr, scope), *names)
+
+
+def indexed(gvr: GVR, namespace: str | None, index: str, value: str) -> set[str] | None:
+    """The fields filed under ``index=value`` (in ``namespace`` if given), from a synced scope
+    whose watcher keeps that index; None when no such scope exists (ask the api-server)."""
+    r = get_redis()
+    scopes = [None] + ([namespace] if namespace else [])
+    for scope in scopes:
+        if r.exists(_synced_key(gvr, scope)) and r.sismember(_indexes_key(gvr, scope), index):
+            members = {m.decode() for m in r.smembers(_index_key(gvr, scope, index, value))}
+            if namespace:
+                members = {m for m in members if m.startswith(f"{namespace}/")}
+            return members
+    return None
+
+
+def get_many(gvr: GVR, paths: Iterable[str]) -> list[dict]:
+    """The cached objects at ``paths`` (fields); ones gone meanwhile are left out."""
+    paths = sorted(paths)
+    if not paths:
+        return []
+    raws = get_redis().hmget(_objects_key(gvr), paths)
+    return [json.loads(raw) for raw in raws if raw is not None]
 
 
 # A synced marker lives this long unless its watcher keeps it (``keep_synced``): with no

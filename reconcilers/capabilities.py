@@ -16,12 +16,21 @@ from typing import Callable, Iterable
 
 from django.db import connection, transaction
 
-from .capability_levels import as_rows
+from .capability_levels import ACTIONS, as_rows
 from .models import CapabilityEvidence, Outcome, ReconcileRecord
+
+
+# Not reported by the reconciler but seen by the runner: a run triggered by a changed or
+# deleted child that wrote that kind of child again.
+HEALED = "healed"
 
 
 def _ok(r: ReconcileRecord) -> bool:
     return r.outcome == Outcome.SUCCESS
+
+
+def _actions(r: ReconcileRecord) -> set[str]:
+    return {a.get("action") for a in r.capabilities or []}
 
 
 # criterion evidence id -> does this run prove it? (``attempts`` = failures before this run)
@@ -34,7 +43,10 @@ EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
     "finalizer": lambda r, a: _ok(r) and r.phase == "finalize",
     "recovered": lambda r, a: _ok(r) and a > 0,
     "events": lambda r, a: bool(r.events),
-    "auto_healing": lambda r, a: _ok(r) and "owned-child" in (r.triggers or []),
+    "auto_healing": lambda r, a: _ok(r) and HEALED in _actions(r),
+    "upgrade": lambda r, a: _ok(r) and "upgrade" in _actions(r),
+    "lifecycle": lambda r, a: _ok(r) and any(ACTIONS.get(x) == "lifecycle" for x in _actions(r)),
+    "autopilot": lambda r, a: _ok(r) and any(ACTIONS.get(x) == "autopilot" for x in _actions(r)),
 }
 
 # Not a property of one run: proven when a scrape of a worker's /metrics served the

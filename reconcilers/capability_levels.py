@@ -3,7 +3,25 @@
 Source: Operator SDK documentation, "Operator Capability Levels" (the OLM CSV annotation uses
 these names). A criterion with an ``evidence`` id is scored from the ledger and history by
 ``capabilities.py``; the others can only be claimed by the operator's author.
+
+What a run cannot show by itself - an operand upgrade, a backup, a fail-over, a scaling or
+tuning decision - the reconciler reports when its code path actually does it
+(``ctx.capability("backup", "snapshot 2026-12-03 to s3://...")``); one reported and successful
+run is the evidence, and the admin links it. A finalizer or a re-run after a child changed
+proves much less, and counts for less: neither lifts a level on its own.
 """
+
+# What ``ctx.capability(action)`` accepts, and the criterion each action evidences.
+ACTIONS = {
+    "upgrade": "upgrade",
+    "backup": "lifecycle",
+    "restore": "lifecycle",
+    "failover": "lifecycle",
+    "failback": "lifecycle",
+    "scale-members": "lifecycle",
+    "auto-scaling": "autopilot",
+    "auto-tuning": "autopilot",
+}
 
 LEVELS = [
     (1, "Basic Install",
@@ -21,7 +39,9 @@ LEVELS = [
      [
          ("spec-change", "Acts on a changed spec (a successful run at generation > 1)",
           "spec_change"),
-         ("operand-upgrade", "Upgrades the operand to a new version by a spec change", None),
+         ("operand-upgrade", "Upgrades the operand to a new version by a spec change "
+                             "(a successful run that reported ctx.capability(\"upgrade\"))",
+          "upgrade"),
          ("unsupported-version", "Reports an unsupported version in status", None),
      ]),
     (3, "Full Lifecycle",
@@ -32,8 +52,9 @@ LEVELS = [
           "finalizer"),
          ("recovers", "Recovers after errors (a failed run followed by a success for the same "
                       "object)", "recovered"),
-         ("backup-restore", "Backup and restore of the operand", None),
-         ("failover", "Fail-over and fail-back", None),
+         ("lifecycle", "Runs a lifecycle action - backup, restore, fail-over, fail-back or "
+                       "adding/removing members (a successful run that reported it with "
+                       "ctx.capability)", "lifecycle"),
      ]),
     (4, "Deep Insights",
      "Metrics about the operator's own health, operand metrics, alerts, custom Kubernetes Events, "
@@ -47,10 +68,12 @@ LEVELS = [
     (5, "Auto Pilot",
      "Auto-scaling, auto-healing, auto-tuning, abnormality detection.",
      [
-         ("auto-healing", "Heals the operand: a changed or deleted child is put back (a "
-                          "successful owned-child run)", "auto_healing"),
-         ("auto-scaling", "Scales the operand from observed load", None),
-         ("auto-tuning", "Tunes the operand from observed behaviour", None),
+         ("auto-healing", "Heals the operand: a child that was changed or deleted is put "
+                          "back (a successful run triggered by the child that wrote it)",
+          "auto_healing"),
+         ("autopilot", "Scales or tunes the operand from what it observed (a successful run "
+                       "that reported ctx.capability(\"auto-scaling\") or "
+                       "(\"auto-tuning\"))", "autopilot"),
      ]),
 ]
 

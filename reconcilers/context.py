@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import cache, events, kube
+from .capability_levels import ACTIONS
 from .results import TemporaryError
-from .vocab import GVR, Key, rfc3339
+from .vocab import GVR, CacheScope, Index, Key, object_path, rfc3339
 
 
 class NotOwnedError(TemporaryError):
@@ -27,6 +28,11 @@ def is_subset(desired: Any, actual: Any) -> bool:
         return isinstance(actual, Mapping) and all(
             k in actual and is_subset(v, actual[k]) for k, v in desired.items())
     return desired == actual
+
+
+def _has_labels(obj: Mapping, labels: Mapping[str, str]) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels.items())
 
 
 def controller_of(obj: Mapping) -> Mapping | None:
@@ -52,10 +58,16 @@ class Context:
 
     def __init__(self, key: Key, obj: dict, *, primary: GVR,
                  watched: Mapping[tuple[str, str], GVR] | None = None,
-                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None):
+                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None,
+                 indexes: Iterable[Index] = (),
+                 scopes: Mapping[tuple[str, str], CacheScope] | None = None):
         """``watched``: the resources the watcher caches for this reconciler, by
         ``(apiVersion, kind)``; reads of those come from the shared cache. ``fence`` raises
-        when this run may no longer write (its key's lease ran out)."""
+        when this run may no longer write (its key's lease ran out). ``indexes``: the
+        reconciler's ``Index`` declarations, for ``list(index=...)``. ``scopes``: what the
+        watcher caches of each watched resource (default: everything, in full)."""
+        self._indexes = {(i.api_version, i.kind, i.name): i for i in indexes}
+        self._scopes = dict(scopes or {})
         self._fence = fence or (lambda: None)
         self.key = key
         self.obj = obj
@@ -66,6 +78,10 @@ class Context:
         # Every write the run made, ``(method, path, body)``, in order (reconcilers.testing
         # shows them to a test).
         self.writes: list[tuple[str, str, Any]] = []
+        # Children this run created or changed (a no-op apply is not a change).
+        self.changed_children: list[str] = []
+        # Capability actions the reconciler reported (``capability``).
+        self.capabilities: list[dict] = []
         self._watched = dict(watched or {(primary.api_version, primary.kind): primary})
         self._conditions: dict[str, dict] = {}
 
@@ -80,13 +96,67 @@ class Context:
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None,
             plural: str | None = None) -> dict | None:
-        """The object, or None when it does not exist. A deep copy: safe to modify."""
+        """The object, or None when it does not exist. A deep copy: safe to modify.
+
+        From the cache when the watcher keeps that resource in full; a kind cached as
+        metadata only is read from the api-server, and so is a miss in a cache narrowed by a
+        selector (the object may exist outside it)."""
         gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
         ns = namespace if namespace is not None else self.key.namespace
         scope = ns if gvr.namespaced else None
-        if (api_version, kind) in self._watched and cache.is_synced(gvr, scope):
-            return cache.get(gvr, scope, name)
+        kept = self._scopes.get((api_version, kind), CacheScope())
+        if ((api_version, kind) in self._watched and not kept.metadata_only
+                and cache.is_synced(gvr, scope)):
+            found = cache.get(gvr, scope, name)
+            if found is not None or kept.whole:
+                return found
         return kube.get_or_none(self.api, gvr.path(ns, name))
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             labels: Mapping[str, str] | None = None, index: tuple[str, str] | None = None,
+             plural: str | None = None) -> list[dict]:
+        """Objects of a kind, sorted by namespace and name - client-go's Lister with its
+        Indexer. ``namespace``: one namespace (default: this object's; ``""`` for all);
+        ``labels``: each label must have that value; ``index``: ``(name, value)`` of one of
+        this reconciler's ``Index`` declarations.
+
+        From the shared cache when the watcher keeps that resource (and the index) for the
+        scope asked; otherwise one LIST from the api-server, filtered the same way. A cache
+        narrowed by a selector lists what it holds, and one of metadata only lists metadata
+        (as controller-runtime's scoped caches do). Deep copies: safe to modify."""
+        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
+        ns = namespace if namespace is not None else self.key.namespace
+        scope = (ns or None) if gvr.namespaced else None
+        declared = None
+        if index is not None:
+            declared = self._indexes.get((api_version, kind, index[0]))
+            if declared is None:
+                raise LookupError(f"no Index {index[0]!r} over {api_version} {kind} is "
+                                  f"declared on this reconciler")
+        objs = self._list_cached(gvr, scope, index) if (api_version, kind) in self._watched \
+            else None
+        if objs is None:
+            query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} \
+                if labels else None
+            items = kube.request(self.api, "GET", gvr.path(scope), query=query).get("items")
+            # As the cache holds them: with apiVersion and kind, sanitised.
+            objs = [cache.sanitize({"apiVersion": gvr.api_version, "kind": gvr.kind, **o})
+                    for o in items or []]
+            if declared is not None:
+                objs = [o for o in objs if index[1] in declared.values(o)]
+        if labels:
+            objs = [o for o in objs if _has_labels(o, labels)]
+        return sorted(objs, key=lambda o: object_path(o["metadata"].get("namespace"),
+                                                      o["metadata"]["name"]))
+
+    def _list_cached(self, gvr: GVR, scope: str | None,
+                     index: tuple[str, str] | None) -> list[dict] | None:
+        if index is not None:
+            paths = cache.indexed(gvr, scope, *index)
+            return None if paths is None else cache.get_many(gvr, paths)
+        if not cache.is_synced(gvr, scope):
+            return None
+        return list(cache.objects(gvr, scope).values())
 
     # --- children ------------------------------------------------------------------------
 
@@ -96,13 +166,9 @@ class Context:
                 "name": meta["name"], "uid": meta["uid"], "controller": True,
                 "blockOwnerDeletion": True}
 
-    def create_or_update(self, desired: dict, plural: str | None = None) -> dict:
-        """Make a child match ``desired``, with this object as its controller owner.
-
-        Creates it when missing; patches it only when a field of ``desired`` differs (no write
-        when nothing changed); raises ``NotOwnedError`` for a same-named object this object
-        does not control (the caller decides whether to emit an event).
-        """
+    def _child(self, desired: dict, plural: str | None) -> tuple[dict, GVR, dict | None]:
+        """``desired`` completed (namespace, this object as controller owner), its resource,
+        and the child as it exists now (None when it does not)."""
         desired = copy.deepcopy(desired)
         meta = desired.setdefault("metadata", {})
         gvr = (self._watched.get((desired["apiVersion"], desired["kind"]))
@@ -112,9 +178,21 @@ class Context:
         meta["ownerReferences"] = [self.owner_reference()]
         existing = self.get(desired["apiVersion"], desired["kind"], meta["name"],
                             meta.get("namespace"), plural)
+        return desired, gvr, existing
+
+    def create_or_update(self, desired: dict, plural: str | None = None) -> dict:
+        """Make a child match ``desired``, with this object as its controller owner.
+
+        Creates it when missing; patches it only when a field of ``desired`` differs (no write
+        when nothing changed); raises ``NotOwnedError`` for a same-named object this object
+        does not control (the caller decides whether to emit an event).
+        """
+        desired, gvr, existing = self._child(desired, plural)
+        meta = desired["metadata"]
         if existing is None:
             try:
-                return self._write("POST", gvr.path(meta.get("namespace")), desired)
+                return self._changed(self._write("POST", gvr.path(meta.get("namespace")),
+                                                 desired))
             except kube.ApiError as e:
                 if not e.conflict:
                     raise
@@ -129,8 +207,38 @@ class Context:
             return existing
         wanted["metadata"] = {**wanted_meta,
                               "resourceVersion": existing["metadata"]["resourceVersion"]}
-        return self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]),
-                            wanted, content_type=kube.MERGE_PATCH)
+        return self._changed(self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]),
+                                         wanted, content_type=kube.MERGE_PATCH))
+
+    def apply(self, desired: dict, plural: str | None = None, force: bool = False) -> dict:
+        """Server-side apply a child: ``desired`` is the whole intent of this reconciler (its
+        field manager is the reconciler's name), with this object as its controller owner.
+
+        Unlike ``create_or_update``, a field left out of ``desired`` that this reconciler set
+        before is removed from the child, and fields other managers own are kept - other
+        owner references included. ``force``: take over fields another manager set (a 409
+        conflict otherwise, retried like any error) - what controllers usually want for the
+        fields they own; see the README. Raises ``NotOwnedError`` for a same-named object
+        another controller (or nobody) controls. One PATCH per call: the api-server writes
+        nothing when nothing changed."""
+        desired, gvr, existing = self._child(desired, plural)
+        meta = desired["metadata"]
+        if existing is not None:
+            self._check_owned(existing, desired)
+        query = {"fieldManager": self.key.reconciler[:128]}
+        if force:
+            query["force"] = "true"
+        applied = self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]), desired,
+                              query=query, content_type=kube.APPLY_PATCH)
+        before = ((existing or {}).get("metadata") or {}).get("resourceVersion")
+        if applied["metadata"].get("resourceVersion") != before:
+            self._changed(applied)
+        return applied
+
+    def _changed(self, child: dict) -> dict:
+        meta = child.get("metadata") or {}
+        self.changed_children.append(f"{child.get('kind', '')}/{meta.get('name', '')}")
+        return child
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                plural: str | None = None) -> bool:
@@ -152,6 +260,20 @@ class Context:
                 f'Resource "{desired["metadata"]["name"]}" already exists and is not managed '
                 f"by {self.primary.kind}"
             )
+
+    # --- capability evidence -------------------------------------------------------------------
+
+    def capability(self, action: str, detail: str = "") -> None:
+        """Say that this run did a capability action - ``upgrade`` (the operand to a new
+        version), ``backup``, ``restore``, ``failover``, ``failback``, ``scale-members``,
+        ``auto-scaling``, ``auto-tuning`` - with what it did in ``detail``. Kept with the run
+        in history; a successful run that reports one is the evidence for its capability
+        level (see the admin's Reconcilers page). Call it where the action happens, not on
+        every run."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown capability action {action!r}; one of: "
+                             f"{', '.join(sorted(ACTIONS))}")
+        self.capabilities.append({"action": action, "detail": str(detail)[:500]})
 
     # --- status ----------------------------------------------------------------------------
 

@@ -2,32 +2,40 @@
 
 A ``Handler`` binds one reconciler to one watched resource: the primary resource maps to its
 own key (after the reconciler's predicates), an owned resource maps to its controller owner's
-key (``ownerReferences`` with ``controller: true``). A ``Router`` runs every handler of a
+key (``ownerReferences`` with ``controller: true``), a related resource (``Watches``) maps to
+the keys its map function names (after that declaration's predicates). A ``Router`` runs every handler of a
 stream for each change the reflector reports and hands the keys on. Pure mapping: no I/O.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .models import Trigger
 from .spec import Reconciler
-from .vocab import Key
+from .vocab import Key, Watches
 
-PRIMARY, OWNED = "primary", "owned"
+log = logging.getLogger(__name__)
+
+PRIMARY, OWNED, WATCHED = "primary", "owned", "watched"
+TRIGGERS = {OWNED: Trigger.OWNED, WATCHED: Trigger.WATCHED}
 
 
 @dataclass(frozen=True)
 class Handler:
     reconciler: type[Reconciler]
-    role: str  # PRIMARY | OWNED
+    role: str  # PRIMARY | OWNED | WATCHED
+    watches: Watches | None = None  # for WATCHED
 
     def keys_for(self, old: dict | None, new: dict | None) -> list[Key]:
         name = self.reconciler.name()
         if self.role == PRIMARY:
             meta = (new or old or {})["metadata"]
             return [Key(name, meta.get("namespace") or "", meta["name"])]
+        if self.role == WATCHED:
+            return self._mapped(old, new)
         primary = self.reconciler.primary()
         out: list[Key] = []
         for obj in (old, new):
@@ -40,10 +48,34 @@ class Handler:
                         out.append(key)
         return out
 
+    def _mapped(self, old: dict | None, new: dict | None) -> list[Key]:
+        """The keys the map function names for either state of the object. A map function
+        that raises maps the change to nothing (logged): a bad object never stops the stream."""
+        name, namespaced = self.reconciler.name(), self.reconciler.primary().namespaced
+        out: list[Key] = []
+        for obj in (old, new):
+            if obj is None:
+                continue
+            try:
+                targets = list(self.watches.map(obj) or ())
+            except Exception:
+                log.exception("%s: the map function of Watches(%s) failed on %s", name,
+                              self.watches.kind, obj.get("metadata", {}).get("name"))
+                continue
+            for target in targets:
+                ns, obj_name = (target if isinstance(target, tuple)
+                                else (obj["metadata"].get("namespace") or "", target))
+                key = Key(name, (ns or "") if namespaced else "", obj_name)
+                if key not in out:
+                    out.append(key)
+        return out
+
     def passes(self, old: dict | None, new: dict | None) -> bool:
-        if self.role != PRIMARY:
-            return True
-        return all(p(old, new) for p in self.reconciler.predicates)
+        if self.role == PRIMARY:
+            return all(p(old, new) for p in self.reconciler.predicates)
+        if self.role == WATCHED:
+            return all(p(old, new) for p in self.watches.predicates)
+        return True
 
 
 class Router:
@@ -63,13 +95,10 @@ class Router:
     def __call__(self, trigger: str, old: dict | None, new: dict | None,
                  change: Any = None) -> None:
         for handler in self.handlers:
-            if handler.role == OWNED:
-                trig = Trigger.OWNED
-            elif not handler.passes(old, new):
+            if not handler.passes(old, new):
                 self.skipped += 1
                 continue
-            else:
-                trig = trigger
+            trig = TRIGGERS.get(handler.role, trigger)
             for key in handler.keys_for(old, new):
                 self.put(key, trig)
         if change is not None:

@@ -29,6 +29,7 @@ class RunFacts:
     final: Mapping | None = None  # the object as the run left it (after status writes)
     events: list = field(default_factory=list)
     phase: str = ""  # reconcile | finalize
+    capabilities: list = field(default_factory=list)  # [{"action", "detail"}]
 
 
 def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
@@ -48,6 +49,7 @@ def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
         worker=facts.worker, task_id=facts.task_id, audit_ids=claim.audit_ids,
         events=facts.events, conditions=status.get("conditions") or [],
         observed_generation=status.get("observedGeneration"), phase=facts.phase,
+        capabilities=facts.capabilities,
     )
     record_evidence(record, claim.attempts)
     return record

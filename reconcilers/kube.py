@@ -25,6 +25,9 @@ from .vocab import GVR
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+# Lists and watches of metadata only (PartialObjectMetadata), as client-go's metadata informers.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 # Resources the framework itself reads and writes.
 EVENTS = GVR("", "v1", "events", "Event")
@@ -127,15 +130,16 @@ def new_api_client() -> client.ApiClient:
 
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
             query: dict | None = None, content_type: str = JSON,
-            timeout: float | tuple[float, float] | None = 30, stream: bool = False):
+            timeout: float | tuple[float, float] | None = 30, stream: bool = False,
+            accept: str = JSON):
     """One HTTP call to the api-server with the client's auth; returns the parsed JSON body.
 
     Raises ``ApiError`` for a non-2xx answer. The response is parsed once, by us: the generated
     client would deserialize it into model objects (and, for custom resources, parse it again).
     With ``stream=True`` the raw urllib3 response is returned for the caller to read line by
-    line (watch).
+    line (watch). ``accept``: another representation, e.g. ``METADATA_LIST``.
     """
-    headers = {"Accept": "application/json", "Content-Type": content_type}
+    headers = {"Accept": accept, "Content-Type": content_type}
     try:
         resp = api.call_api(
             path, method,

@@ -33,6 +33,7 @@ class Trigger(models.TextChoices):
     MODIFIED = "modified"
     DELETED = "deleted"
     OWNED = "owned-child"
+    WATCHED = "watched"  # a related object (``Watches``) changed
     RESYNC = "resync"
     MANUAL = "manual"
     RETRY = "retry"
@@ -211,6 +212,10 @@ class ReconcileRecord(models.Model):
                               help_text="Kubernetes Events the run emitted, kept after they expire")
     conditions = models.JSONField(default=list, blank=True,
                                   help_text="status.conditions of the object when the run ended")
+    capabilities = models.JSONField(
+        default=list, blank=True,
+        help_text="Capability actions of this run: reported with ctx.capability(action, "
+                  "detail), or seen (healed: a changed or deleted child written again)")
     observed_generation = models.BigIntegerField(
         null=True, blank=True, help_text="status.observedGeneration when the run ended")
     phase = models.CharField(max_length=16, blank=True, default="",

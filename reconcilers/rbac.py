@@ -46,6 +46,9 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
         for owned in cls.owns:
             gvr = owned.gvr()
             allow(gvr, gvr.plural, *READ, "create", "patch")
+        for related in cls.watches:  # read only: watched, never written
+            gvr = related.gvr()
+            allow(gvr, gvr.plural, *READ)
         extra.extend(cls.rbac_rules)
         if crds.manifest_for(cls) is not None and (
                 settings().apply_crds

@@ -11,7 +11,9 @@ transaction it is journalled (``cache.journal``), so a watcher that dies before 
 the ledger loses nothing: the next leader replays the journal. What to do with a change is the
 handlers' business (``handlers.py``), not the reflector's.
 
-Only the reflector's own thread touches ``known`` and ``resource_version``; other threads ask
+Index sets (``Index`` declarations of the reconcilers on this stream) are kept in the same
+transaction as the objects they file. Only the reflector's own thread touches ``known`` and
+``resource_version``; other threads ask
 for a relist through ``relist_requested`` (e.g. after Redis lost the cache).
 """
 
@@ -22,12 +24,12 @@ import logging
 import random
 import threading
 import uuid
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from . import cache, kube, metrics
 from .conf import settings
 from .models import Trigger
-from .vocab import GVR, object_path, split_object_path
+from .vocab import GVR, CacheScope, Index, object_path, split_object_path
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,11 @@ class Reflector:
     """List + watch of one resource, in one namespace or in all (``namespace=None``)."""
 
     def __init__(self, gvr: GVR, namespace: str | None, deliver: Deliver,
-                 stop: threading.Event, status=None):
+                 stop: threading.Event, status=None, indexes: Mapping[str, Index] | None = None,
+                 scope: CacheScope = CacheScope()):
         self.gvr, self.namespace = gvr, namespace
+        self.indexes = dict(indexes or {})
+        self.scope = scope
         self.deliver = deliver
         self.stop_event = stop
         self.status = status  # a watch.StreamStatus, or None
@@ -121,12 +126,14 @@ class Reflector:
         token = ""
         page = settings().list_page_size
         while True:
-            query: dict = {"limit": page} if page else {}
+            query: dict = {"limit": page, **self._selectors()} if page else self._selectors()
             if token:
                 query["continue"] = token
             try:
                 body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                                    timeout=(10, 120))
+                                    timeout=(10, 120),
+                                    accept=kube.METADATA_LIST if self.scope.metadata_only
+                                    else kube.JSON)
             except kube.ApiError as exc:
                 if exc.status != 410 or not token:
                     raise
@@ -137,8 +144,7 @@ class Reflector:
                 token, page = "", 0
                 continue
             for obj in body.get("items") or []:
-                obj.setdefault("apiVersion", self.gvr.api_version)
-                obj.setdefault("kind", self.gvr.kind)
+                self._typed(obj)
                 meta = obj["metadata"]
                 seen[object_path(meta.get("namespace"), meta["name"])] = cache.sanitize(obj)
             token = (body.get("metadata") or {}).get("continue") or ""
@@ -163,6 +169,7 @@ class Reflector:
         for path in vanished:
             ns, name = split_object_path(path)
             cache.delete(self.gvr, ns or None, name, pipe)
+        self._refile_all(seen, pipe)
         for *_, change in changes:
             cache.journal(change, pipe)
         pipe.execute()
@@ -177,10 +184,11 @@ class Reflector:
         conf = settings()
         timeout = random.randint(conf.watch_timeout_min, conf.watch_timeout_max)
         query = {"watch": "true", "resourceVersion": self.resource_version,
-                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout}
+                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout, **self._selectors()}
         try:
             resp = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                                timeout=(10, conf.watch_inactivity), stream=True)
+                                timeout=(10, conf.watch_inactivity), stream=True,
+                                accept=kube.METADATA if self.scope.metadata_only else kube.JSON)
         except kube.ApiError as exc:
             if exc.status == 410:
                 raise Gone(exc.message) from None
@@ -211,6 +219,7 @@ class Reflector:
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             return
+        self._typed(obj)
         meta = obj["metadata"]
         path = object_path(meta.get("namespace"), meta["name"])
         old = self.known.get(path)
@@ -219,6 +228,7 @@ class Reflector:
             gone = old or cache.sanitize(obj)
             change = self._change(path, gone, True)
             cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
+            self._reindex(path, gone, None, pipe)
             cache.journal(change, pipe)
             pipe.execute()
             self.known.pop(path, None)
@@ -227,6 +237,7 @@ class Reflector:
             new = cache.sanitize(obj)
             change = self._change(path, new, False)
             cache.put_many(self.gvr, [new], pipe)
+            self._reindex(path, old, new, pipe)
             cache.journal(change, pipe)
             pipe.execute()
             self.known[path] = new
@@ -234,6 +245,48 @@ class Reflector:
                          change)
         self.resource_version = rv or self.resource_version
         self._note("event")
+
+    def _selectors(self) -> dict:
+        out = {}
+        if self.scope.selector:
+            out["labelSelector"] = self.scope.selector
+        if self.scope.fields:
+            out["fieldSelector"] = self.scope.fields
+        return out
+
+    def _typed(self, obj: dict) -> None:
+        """List items carry no apiVersion/kind, metadata-only ones say PartialObjectMetadata:
+        the cache holds each as what it is."""
+        if self.scope.metadata_only or "kind" not in obj:
+            obj["apiVersion"], obj["kind"] = self.gvr.api_version, self.gvr.kind
+
+    # --- indexes ---------------------------------------------------------------------------
+
+    def _values(self, obj: dict | None) -> dict[str, set[str]]:
+        """Each index's values for ``obj``. An index function that raises files the object
+        under nothing (logged): a malformed object never stops the stream."""
+        out = {}
+        for name, index in self.indexes.items():
+            try:
+                out[name] = index.values(obj)
+            except Exception:
+                log.exception("%s: index %r failed on %s", self.gvr.id, name,
+                              ((obj or {}).get("metadata") or {}).get("name"))
+                out[name] = set()
+        return out
+
+    def _reindex(self, path: str, old: dict | None, new: dict | None, pipe) -> None:
+        if self.indexes:
+            cache.reindex(self.gvr, self.namespace, path, self._values(old), self._values(new),
+                          pipe)
+
+    def _refile_all(self, seen: dict, pipe) -> None:
+        """After a list every index set of this scope is rebuilt, not patched: a new watcher
+        may have other index functions, and a relist after Redis lost the cache finds the
+        sets gone while the objects look unchanged."""
+        cache.reset_indexes(self.gvr, self.namespace, self.indexes, pipe)
+        for path, obj in seen.items():
+            self._reindex(path, None, obj, pipe)
 
     def _change(self, path: str, obj: dict, deleted: bool) -> cache.Change:
         self._changes += 1

@@ -29,7 +29,8 @@ from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
 from .workqueue import Claim, Dispatch, LeaseLost
-from .models import Outcome
+from .capabilities import HEALED
+from .models import Outcome, Trigger
 from .registry import NotRegistered, Registry, registry as default_registry
 from .results import PermanentError, Result
 from .spec import Reconciler
@@ -62,6 +63,7 @@ class Seen:
     final: dict | None = None
     events: list = field(default_factory=list)
     phase: str = ""
+    capabilities: list = field(default_factory=list)  # actions reported or seen
 
 
 def worker_identity() -> str:
@@ -153,11 +155,12 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
             return Attempt(decide(attempts=attempts, backoff=backoff, decided=Outcome.GONE),
                            seen, None, None)
         ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
-                      fence=fence)
+                      fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
         try:
             decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
         finally:
             seen.events, seen.final = ctx.events, ctx.obj
+            seen.capabilities = list(ctx.capabilities)
         return Attempt(decide(attempts=attempts, backoff=backoff, result=result,
                               decided=decided), seen, ctx, None)
     except (Exception, SystemExit) as exc:
@@ -183,9 +186,13 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
             f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
             f"{decision.error_message or decision.error_class}")[:4000])
 
+    capabilities = seen.capabilities
+    if Trigger.OWNED in claim.triggers and done.ctx is not None and done.ctx.changed_children:
+        capabilities = [*capabilities, {"action": HEALED,
+                                        "detail": ", ".join(done.ctx.changed_children)[:500]}]
     facts = history.RunFacts(started=started, duration=duration, worker=worker, task_id=task_id,
                              obj=seen.obj, final=seen.final, events=seen.events,
-                             phase=seen.phase)
+                             phase=seen.phase, capabilities=capabilities)
     t1 = time.perf_counter()
     record_id, follow_up = _finish(claim, decision, facts)
     if record_id is not None:  # a run whose record rolled back (lease lost) is not counted

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .predicates import Predicate
-from .vocab import GVR, Owns, plural
+from .vocab import GVR, CacheScope, Index, Owns, Watches, plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Context
@@ -25,6 +25,10 @@ class Reconciler:
     Attributes:
         group, version, kind, plural, namespaced: the primary resource.
         owns: child resources (``Owns(...)``) whose changes reconcile their controller owner.
+        watches: related resources (``Watches(..., map=func)``) whose changes reconcile the
+            objects ``func`` names.
+        indexes: named indexes (``Index(...)``) over the primary, owned or watched resources,
+            kept by the watcher in the shared cache; ``ctx.list(..., index=(name, value))``.
         predicates: ``(old, new) -> bool`` filters for update events (see ``predicates``).
         finalizer: the finalizer name; set automatically to ``<plural>.<group>/finalizer`` when
             the class defines ``finalize``. Cleanup runs before the object may go away.
@@ -47,6 +51,8 @@ class Reconciler:
     plural: ClassVar[str | None] = None
     namespaced: ClassVar[bool] = True
     owns: ClassVar[Sequence[Owns]] = ()
+    watches: ClassVar[Sequence[Watches]] = ()
+    indexes: ClassVar[Sequence[Index]] = ()
     predicates: ClassVar[Sequence[Predicate]] = ()
     finalizer: ClassVar[str | None] = None
     resync_period: ClassVar[float | None] = None
@@ -78,9 +84,19 @@ class Reconciler:
     @classmethod
     def watched(cls) -> dict[tuple[str, str], GVR]:
         """Every resource the watcher caches for this reconciler, by ``(apiVersion, kind)``."""
-        out = {(o.api_version, o.kind): o.gvr() for o in cls.owns}
+        out = {(w.api_version, w.kind): w.gvr() for w in cls.watches}
+        out.update({(o.api_version, o.kind): o.gvr() for o in cls.owns})
         primary = cls.primary()
         out[(primary.api_version, primary.kind)] = primary
+        return out
+
+    @classmethod
+    def cache_scopes(cls) -> dict[tuple[str, str], CacheScope]:
+        """What the watcher caches of each watched resource, by ``(apiVersion, kind)``; the
+        primary resource is always cached whole."""
+        out = {(d.api_version, d.kind): d.scope() for d in (*cls.watches, *cls.owns)}
+        primary = cls.primary()
+        out[(primary.api_version, primary.kind)] = CacheScope()
         return out
 
     @classmethod

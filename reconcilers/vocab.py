@@ -9,6 +9,8 @@ Django or Kubernetes), so it can never be part of an import cycle. Like client-g
 - ``object_path(namespace, name)`` - ``<namespace>/<name>`` (``<name>`` when cluster-scoped),
   the object part of a key and the field of the shared cache.
 - ``GVR`` / ``Owns`` / ``plural()`` - a resource, a child resource, and the one plural rule.
+- ``Watches`` / ``Index`` - a related resource mapped to keys, and a named index over a watched
+  resource (declarations only: the watcher and ``ctx.list`` act on them).
 - ``utcnow()`` / ``rfc3339()`` - the one clock, and the timestamp format Kubernetes writes.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 
 def object_path(namespace: str | None, name: str) -> str:
@@ -102,19 +104,95 @@ class GVR:
 
 
 @dataclass(frozen=True)
+class CacheScope:
+    """What the watcher caches of one resource (controller-runtime's per-object cache
+    options): only objects matching a label ``selector`` and a field selector (``fields``),
+    in kubectl's syntax, and with ``metadata_only`` nothing but their metadata. The default,
+    everything in full, is what a primary resource always gets."""
+
+    selector: str = ""
+    fields: str = ""
+    metadata_only: bool = False
+
+    @property
+    def whole(self) -> bool:
+        """Every object is cached (a miss means "deleted"), though maybe metadata only."""
+        return not (self.selector or self.fields)
+
+
+@dataclass(frozen=True)
 class Owns:
     """A child resource the reconciler creates; its events enqueue the controller owner's key.
 
     ``Owns("apps/v1", "Deployment")``. The plural follows ``plural()`` unless given.
+    ``selector`` / ``fields`` / ``metadata_only`` narrow what the watcher caches of it
+    (``CacheScope``): ``Owns("apps/v1", "Deployment", selector="app.kubernetes.io/managed-by=
+    foo-operator")`` keeps the cluster's other Deployments out of the cache.
     """
 
     api_version: str
     kind: str
     plural: str | None = None
     namespaced: bool = True
+    selector: str = ""
+    fields: str = ""
+    metadata_only: bool = False
 
     def gvr(self) -> GVR:
         return GVR.of(self.api_version, self.kind, self.plural, self.namespaced)
+
+    def scope(self) -> CacheScope:
+        return CacheScope(self.selector, self.fields, self.metadata_only)
+
+
+@dataclass(frozen=True)
+class Watches:
+    """A related resource the reconciler does not own, whose changes reconcile the objects
+    ``map(obj)`` names (controller-runtime's ``Watches`` with a map function): a ConfigMap or
+    Secret that objects reference by name, say.
+
+    ``map(obj)`` returns the objects to reconcile as names (in ``obj``'s namespace) or
+    ``(namespace, name)`` pairs; ``predicates`` filter changes first, like a reconciler's.
+    ``selector`` / ``fields`` / ``metadata_only``: what is cached of it, as for ``Owns``.
+    """
+
+    api_version: str
+    kind: str
+    map: Callable[[dict], Iterable[Any]]
+    predicates: Sequence[Callable[[dict | None, dict | None], bool]] = ()
+    plural: str | None = None
+    namespaced: bool = True
+    selector: str = ""
+    fields: str = ""
+    metadata_only: bool = False
+
+    def gvr(self) -> GVR:
+        return GVR.of(self.api_version, self.kind, self.plural, self.namespaced)
+
+    def scope(self) -> CacheScope:
+        return CacheScope(self.selector, self.fields, self.metadata_only)
+
+
+@dataclass(frozen=True)
+class Index:
+    """A named index over a watched resource (client-go's indexers, controller-runtime's field
+    indexers): ``func(obj)`` returns the values the object is filed under, and
+    ``ctx.list(api_version, kind, index=(name, value))`` returns the objects filed under one.
+
+    ``Index("v1", "Pod", "node", lambda pod: [pod["spec"].get("nodeName") or ""])``. The
+    watcher keeps it in the shared cache; ``func`` sees the object as cached (sanitised).
+    """
+
+    api_version: str
+    kind: str
+    name: str
+    func: Callable[[dict], Iterable[str]]
+
+    def values(self, obj: dict | None) -> set[str]:
+        """The values ``obj`` is filed under; none for a missing object."""
+        if obj is None:
+            return set()
+        return {str(v) for v in self.func(obj) if v is not None}
 
 
 def utcnow() -> datetime:

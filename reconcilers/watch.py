@@ -26,12 +26,12 @@ from django.utils import timezone
 
 from . import cache, metrics, workqueue
 from .conf import settings
-from .handlers import OWNED, PRIMARY, Handler, Router
+from .handlers import OWNED, PRIMARY, WATCHED, Handler, Router
 from .models import Trigger, WatchStream
 from .probes import Endpoint, answers, check_database, check_redis
 from .reflector import Reflector
 from .spec import Reconciler
-from .vocab import GVR, Key, split_object_path
+from .vocab import GVR, CacheScope, Index, Key, split_object_path
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,13 @@ class Stream:
     """One resource in one namespace (or all): reflector -> router -> enqueuer, with status."""
 
     def __init__(self, gvr: GVR, handlers: list[Handler], enqueuer: Enqueuer,
-                 stop: threading.Event, namespace: str | None = None, holder: str = ""):
+                 stop: threading.Event, namespace: str | None = None, holder: str = "",
+                 indexes: dict[str, Index] | None = None, scope: CacheScope = CacheScope()):
         self.gvr, self.namespace = gvr, namespace
         self.router = Router(handlers, enqueuer.put, enqueuer.done)
         self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
-        self.reflector = Reflector(gvr, namespace, self.router, stop, self.status)
+        self.reflector = Reflector(gvr, namespace, self.router, stop, self.status,
+                                   indexes=indexes, scope=scope)
 
     def run(self) -> None:
         try:
@@ -263,16 +265,62 @@ class Health:
 
 def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
                   stop: threading.Event, holder: str = "") -> list[Stream]:
-    """One stream per watched resource and namespace, with every reconciler's handler on it."""
+    """One stream per watched resource and namespace, with every reconciler's handler on it
+    and every index declared over that resource."""
     by_gvr: dict[GVR, list[Handler]] = defaultdict(list)
     for cls in reconcilers:
         by_gvr[cls.primary()].append(Handler(cls, PRIMARY))
         for owned in cls.owns:
             by_gvr[owned.gvr()].append(Handler(cls, OWNED))
+        for related in cls.watches:
+            by_gvr[related.gvr()].append(Handler(cls, WATCHED, related))
+    indexes = stream_indexes(reconcilers, by_gvr)
+    scopes = stream_scopes(reconcilers)
     namespaces: list[str | None] = list(settings().namespace_list) or [None]
-    return [Stream(gvr, handlers, enqueuer, stop, namespace=ns, holder=holder)
+    return [Stream(gvr, handlers, enqueuer, stop, namespace=ns, holder=holder,
+                   indexes=indexes.get(gvr),
+                   scope=scopes.get((gvr.api_version, gvr.kind), CacheScope()))
             for gvr, handlers in by_gvr.items()
             for ns in (namespaces if gvr.namespaced else [None])]
+
+
+def stream_scopes(reconcilers: list[type[Reconciler]]) -> dict[tuple[str, str], CacheScope]:
+    """What is cached of each resource. One cache per resource serves every reconciler, so
+    they must agree (as controller-runtime's cache takes one selector per type); a primary
+    resource is cached whole."""
+    out: dict[tuple[str, str], CacheScope] = {}
+    whose: dict[tuple[str, str], str] = {}
+    for cls in reconcilers:
+        for kind, scope in cls.cache_scopes().items():
+            if kind in out and out[kind] != scope:
+                raise ValueError(
+                    f"{cls.__name__} and {whose[kind]} cache {kind[1]} differently "
+                    f"({scope} vs {out[kind]}): one cache per resource serves both - "
+                    f"declare the same selector and metadata_only on each")
+            out[kind], whose[kind] = scope, cls.__name__
+    return out
+
+
+def stream_indexes(reconcilers: list[type[Reconciler]],
+                   streams: dict[GVR, Any]) -> dict[GVR, dict[str, Index]]:
+    """Every reconciler's ``Index`` declarations, by the stream that keeps them. An index over
+    a resource nobody watches, or two different functions under one name, is a mistake that
+    must stop the watcher at start, not surface as empty lists later."""
+    by_kind = {(g.api_version, g.kind): g for g in streams}
+    out: dict[GVR, dict[str, Index]] = defaultdict(dict)
+    for cls in reconcilers:
+        for index in cls.indexes:
+            gvr = by_kind.get((index.api_version, index.kind))
+            if gvr is None:
+                raise ValueError(
+                    f"{cls.__name__}: Index {index.name!r} is over {index.api_version} "
+                    f"{index.kind}, which no reconciler watches (add it to owns or watches)")
+            known = out[gvr].get(index.name)
+            if known is not None and known.func is not index.func:
+                raise ValueError(f"two different functions are declared as index "
+                                 f"{index.name!r} of {index.kind}")
+            out[gvr][index.name] = index
+    return dict(out)
 
 
 def replay_journal(streams: list[Stream]) -> int:

@@ -240,13 +240,23 @@ def test_capability_level_is_scored_from_history():
     run("success", observed_generation=1, conditions=[{"type": "Ready", "status": "True"}])
     assert evidenced_level(score(PROBE)) == 1
     run("success", generation=2, observed_generation=2, started_at=now + timedelta(seconds=1))
+    assert evidenced_level(score(PROBE)) == 1  # a spec change alone is not an upgrade path
+    upgraded = run("success", capabilities=[{"action": "upgrade", "detail": "1.25 -> 1.27"}],
+                   started_at=now + timedelta(seconds=1))
     assert evidenced_level(score(PROBE)) == 2
+    assert {c.id: c.record_id for c in score(PROBE)[1].criteria if c.observable}[
+        "operand-upgrade"] == upgraded.pk
     level3 = [c for c in score(PROBE)[2].criteria if c.observable]
-    assert [c.met for c in level3] == [False, False]
+    assert [c.met for c in level3] == [False, False, False]
     recovered = run("success", failures_before=2, started_at=now + timedelta(seconds=2))
     finalized = run("success", phase="finalize", started_at=now + timedelta(seconds=3))
+    assert evidenced_level(score(PROBE)) == 2  # a finalizer is not a lifecycle
+    run("error", capabilities=[{"action": "backup"}], started_at=now + timedelta(seconds=3))
+    assert evidenced_level(score(PROBE)) == 2  # a backup that failed proves nothing
+    backup = run("success", capabilities=[{"action": "backup", "detail": "snapshot"}],
+                 started_at=now + timedelta(seconds=3))
     assert {c.id: c.record_id for c in score(PROBE)[2].criteria if c.observable} == {
-        "finalizer-cleanup": finalized.pk, "recovers": recovered.pk}
+        "finalizer-cleanup": finalized.pk, "recovers": recovered.pk, "lifecycle": backup.pk}
     assert evidenced_level(score(PROBE)) == 3
     run("success", events=[{"type": "Normal", "reason": "Created"}],
         started_at=now + timedelta(seconds=4))
@@ -257,6 +267,14 @@ def test_capability_level_is_scored_from_history():
     assert {c.id: c.record_id for c in score(PROBE)[3].criteria if c.observable} == {
         "events": latest.pk, "metrics": latest.pk}
     assert evidenced_level(score(PROBE)) == 4
+    # Level 5: a child put back after it changed, and an auto-scaling decision.
+    run("success", triggers=["owned-child"], started_at=now + timedelta(seconds=5))
+    run("success", capabilities=[{"action": "healed", "detail": "Deployment/web"}],
+        triggers=["owned-child"], started_at=now + timedelta(seconds=5))
+    assert evidenced_level(score(PROBE)) == 4  # healing without an autopilot decision
+    run("success", capabilities=[{"action": "auto-scaling", "detail": "3 -> 5 replicas"}],
+        started_at=now + timedelta(seconds=6))
+    assert evidenced_level(score(PROBE)) == 5
 
 
 def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():

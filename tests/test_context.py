@@ -123,3 +123,97 @@ def test_ctx_log_names_the_object_key(probe, namespace, redis_client, caplog):
     (line,) = [r for r in caplog.records if "reconciling now" in r.getMessage()]
     assert line.getMessage() == f"[{Logs.name()}:{namespace}/p] reconciling now"
     assert line.key == f"{Logs.name()}:{namespace}/p"
+
+
+def test_apply_removes_a_field_dropped_from_the_desired_state_and_keeps_other_owners(
+        probe, namespace, kube, redis_client):
+    """Server-side apply: what the reconciler stops wanting goes away; what others own stays."""
+    reg = Registry()
+    wanted = {"data": {"a": "1", "b": "2"}, "labels": {"tier": "web", "old": "yes"}}
+
+    @register(registry=reg)
+    class Applier(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "child", "labels": dict(wanted["labels"])},
+                       "data": dict(wanted["data"])})
+
+    core = client.CoreV1Api(kube)
+    assert run_once(reg, "p", namespace, Applier.name()).outcome == "success"
+    child = core.read_namespaced_config_map("child", namespace)
+    assert child.data == {"a": "1", "b": "2"} and child.metadata.labels["old"] == "yes"
+    (ref,) = child.metadata.owner_references
+    assert ref.controller and ref.kind == "Probe" and ref.name == "p"
+
+    # Someone else adds an owner reference (not a controller) and a label of their own.
+    other = core.create_namespaced_config_map(namespace, {"metadata": {"name": "other"}})
+    core.patch_namespaced_config_map("child", namespace, {"metadata": {
+        "labels": {"team": "theirs"},
+        "ownerReferences": [*[r.to_dict() for r in child.metadata.owner_references],
+                            {"apiVersion": "v1", "kind": "ConfigMap", "name": "other",
+                             "uid": other.metadata.uid}]}})
+    # Our desired state drops data key b and label old.
+    wanted["data"].pop("b")
+    wanted["labels"].pop("old")
+    assert run_once(reg, "p", namespace, Applier.name()).outcome == "success"
+    child = core.read_namespaced_config_map("child", namespace)
+    assert child.data == {"a": "1"}
+    assert child.metadata.labels == {"tier": "web", "team": "theirs"}
+    assert sorted(r.name for r in child.metadata.owner_references) == ["other", "p"]
+
+
+def test_apply_refuses_an_object_another_controller_owns(probe, namespace, kube, redis_client):
+    reg = Registry()
+
+    @register(registry=reg)
+    class Applier(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "taken"}, "data": {"mine": "yes"}})
+
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "taken"},
+                                                  "data": {"theirs": "yes"}})
+    done = run_once(reg, "p", namespace, Applier.name())
+    record = ReconcileRecord.objects.get(pk=done.record_id)
+    assert record.outcome == "error" and record.error_class.endswith("NotOwnedError")
+    assert core.read_namespaced_config_map("taken", namespace).data == {"theirs": "yes"}
+
+
+def test_capability_actions_are_kept_with_the_run_and_a_repaired_child_counts_as_healed(
+        probe, namespace, kube, redis_client):
+    reg = Registry()
+    report = {"action": "backup"}
+
+    @register(registry=reg)
+    class Lifecycle(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "kid"}, "data": {"k": "v"}})
+            if report["action"]:
+                ctx.capability(report["action"], "snapshot to s3://bucket/p")
+
+    first = ReconcileRecord.objects.get(pk=run_once(reg, "p", namespace, Lifecycle.name()).record_id)
+    assert first.capabilities == [{"action": "backup", "detail": "snapshot to s3://bucket/p"}]
+
+    # The child is deleted; the owned-child run that puts it back is a healing.
+    report["action"] = None
+    client.CoreV1Api(kube).delete_namespaced_config_map("kid", namespace)
+    (d,) = ledger.enqueue([Key(Lifecycle.name(), namespace, "p")], "owned-child")
+    healed = ReconcileRecord.objects.get(
+        pk=runner.run(str(d.key), d.token, registry=reg).record_id)
+    assert healed.capabilities == [{"action": "healed", "detail": "ConfigMap/kid"}]
+    # Nothing to repair: the same trigger is not a healing.
+    (d,) = ledger.enqueue([Key(Lifecycle.name(), namespace, "p")], "owned-child")
+    calm = ReconcileRecord.objects.get(pk=runner.run(str(d.key), d.token, registry=reg).record_id)
+    assert calm.outcome == "success" and calm.capabilities == []
+
+    report["action"] = "world-domination"
+    bad = ReconcileRecord.objects.get(pk=run_once(reg, "p", namespace, Lifecycle.name()).record_id)
+    assert bad.outcome == "error" and "unknown capability action" in bad.error_message

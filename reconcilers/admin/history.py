@@ -30,7 +30,8 @@ class ReconcileRecordAdmin(ReadOnlyAdmin):
               "started_at", "finished_at", "duration", "requeue_after", "resource_version",
               "generation", "observed_generation", "uid", "worker", "task_id", "logs",
               "error_class",
-              "error_message", "traceback_col", "events_col", "conditions_col", "audit_col")
+              "error_message", "traceback_col", "events_col", "conditions_col", "capabilities_col",
+              "audit_col")
     readonly_fields = fields
 
     def get_search_results(self, request, queryset, search_term):
@@ -83,6 +84,13 @@ class ReconcileRecordAdmin(ReadOnlyAdmin):
         return format_html_join("", "<div>{} = <b>{}</b> ({}) {}</div>",
                                 ((c.get("type"), c.get("status"), c.get("reason"),
                                   c.get("message", "")) for c in r.conditions))
+
+    @admin.display(description="capability actions")
+    def capabilities_col(self, r: ReconcileRecord) -> str:
+        if not r.capabilities:
+            return "-"
+        return format_html_join("", "<div><b>{}</b> {}</div>",
+                                ((c.get("action"), c.get("detail", "")) for c in r.capabilities))
 
     @admin.display(description="manual action")
     def audit_col(self, r: ReconcileRecord) -> str:

@@ -7,6 +7,10 @@ spec.permanent    every run raises PermanentError
 spec.requeueAfter the first run returns Result.after(seconds)
 spec.temporaryDelay  the first run raises TemporaryError(delay=seconds)
 spec.finalize     the Probe carries a finalizer; cleanup is counted in Redis
+
+``probes.configured.operator.local`` reads its value from the ConfigMap ``<name>-config``
+(a related object: ``Watches`` maps its changes to the Probe) and counts the ConfigMaps of the
+same ``data.color`` through an index.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import time
 
 from reconcilers.api import (
+    Index,
     PermanentError,
     Reconciler,
     Result,
     TemporaryError,
+    Watches,
     predicates,
     register,
 )
@@ -83,3 +89,30 @@ class DeadlineProbeReconciler(ProbeReconciler):
                 except BaseException:  # noqa: BLE001 - the point: it ignores the deadline
                     pass
         return super().reconcile(obj, ctx)
+
+
+def _config_users(cm: dict) -> list[str]:
+    name = cm["metadata"]["name"]
+    return [name[: -len("-config")]] if name.endswith("-config") else []
+
+
+@register
+class ConfiguredProbeReconciler(Reconciler):
+    group = "configured.operator.local"
+    version = "v1"
+    kind = "Probe"
+    resync_period = 0
+    predicates = [predicates.generation_changed]
+    watches = [Watches("v1", "ConfigMap", map=_config_users)]
+    indexes = [Index("v1", "ConfigMap", "color",
+                     lambda cm: [(cm.get("data") or {}).get("color")])]
+
+    def reconcile(self, obj: dict, ctx):
+        config = ctx.get("v1", "ConfigMap", f"{obj['metadata']['name']}-config")
+        if config is None:
+            ctx.patch_status({"value": None, "sameColor": 0})
+            return None
+        data = config.get("data") or {}
+        same = ctx.list("v1", "ConfigMap", index=("color", data.get("color", "")))
+        ctx.patch_status({"value": data.get("value"), "sameColor": len(same)})
+        return None
