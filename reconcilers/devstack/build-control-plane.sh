@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kubectl)
-# from the Go module proxy, pinned, and cache the binaries outside the repo keyed by version.
+# Build a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl) and KWOK (simulated nodes) from the Go module proxy, pinned, and cache
+# the binaries outside the repo keyed by version.
 #
 # Why from source: no container registry or download site is reachable here, but the Go module
 # proxy is, and only a real api-server has watch, 410 Gone, CRD validation, the status
@@ -15,10 +16,13 @@ source "$here/versions.env"
 
 cache_root="${OPERATOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/django-crd-operator}"
 bin_dir="$cache_root/control-plane/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION/bin"
-binaries=(etcd kube-apiserver kube-controller-manager kubectl)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 have_all() {
   for b in "${binaries[@]}"; do [ -x "$bin_dir/$b" ] || return 1; done
+  [ -s "$bin_dir/kwok-stages.yaml" ] || return 1
+  # KWOK is versioned on its own; a new pin rebuilds only it.
+  [ "$(cat "$bin_dir/kwok.version" 2>/dev/null)" = "$KWOK_VERSION" ]
 }
 
 if have_all; then
@@ -82,7 +86,7 @@ ldflags="-s -w \
   -X $ldflags_pkg.buildDate=1970-01-01T00:00:00Z \
   -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
 
-for cmd in kube-apiserver kube-controller-manager kubectl; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   if [ ! -x "$bin_dir/$cmd" ]; then
     log "building $cmd $KUBERNETES_VERSION (cold build: several minutes on 2 cores)"
     (cd "$k8s_mod" && "$GO" build -trimpath -ldflags "$ldflags" -o "$bin_dir/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
@@ -115,6 +119,23 @@ if [ ! -x "$bin_dir/etcd" ]; then
   log "building etcd $ETCD_VERSION"
   (cd "$etcd_mod" && "$GO" build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd.tmp" .)
   mv "$bin_dir/etcd.tmp" "$bin_dir/etcd"
+fi
+
+# --- KWOK: a module of its own without replace directives, so `go install` builds it ---
+if [ "$(cat "$bin_dir/kwok.version" 2>/dev/null)" != "$KWOK_VERSION" ] || [ ! -x "$bin_dir/kwok" ] \
+   || [ ! -s "$bin_dir/kwok-stages.yaml" ]; then
+  log "building kwok $KWOK_VERSION"
+  rm -rf "$work/kwok-bin" && mkdir -p "$work/kwok-bin"
+  GOBIN="$work/kwok-bin" "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  mv "$work/kwok-bin/kwok" "$bin_dir/kwok"
+  # The stages kwokctl uses by default: nodes become Ready and keep their Lease, Pods on them
+  # become Running/Ready (and complete or go away as kubelet would let them).
+  stages="$("$GO" env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    cat "$stages/$f"; echo "---"
+  done >"$bin_dir/kwok-stages.yaml"
+  echo "$KWOK_VERSION" >"$bin_dir/kwok.version"
 fi
 
 have_all

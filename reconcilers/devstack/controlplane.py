@@ -1,9 +1,12 @@
-"""etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, as envtest starts them.
+"""etcd + kube-apiserver + kube-controller-manager + kube-scheduler + KWOK on 127.0.0.1.
 
 Authentication is real: a static token for ``admin`` in ``system:masters`` and RBAC
 authorization, so least-privilege tests can run as ServiceAccounts (TokenRequest works because
-the service-account signing key is configured). The controller manager runs only the garbage
-collector and the namespace controller: ownerReference cascades and namespace deletion.
+the service-account signing key is configured). The controller manager runs its default
+controllers (deployments, replica sets, garbage collection, namespaces, service accounts, ...),
+the scheduler places Pods, and KWOK runs ``NODES`` simulated nodes that make Pods on them
+Running and Ready without containers - so a Deployment's ``availableReplicas`` follows its
+``replicas`` as in a cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from .config import HERE, StackConfig
 from .process import StartError, port_open, read_pid, spawn, stop, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.1.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+NODES = 2
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
 def build_binaries() -> Path:
@@ -95,6 +101,20 @@ def _get(cfg: StackConfig, path: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
+def _post(cfg: StackConfig, path: str, body: dict) -> tuple[int, bytes]:
+    ctx = ssl.create_default_context(cafile=str(cfg.pki_dir / "ca.crt"))
+    token = (cfg.pki_dir / "admin.token").read_text().strip()
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{cfg.apiserver_port}{path}", data=json.dumps(body).encode(),
+        method="POST", headers={"Authorization": f"Bearer {token}",
+                                "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 def ready(cfg: StackConfig) -> bool:
     """``/readyz`` answers ok and the ``default`` namespace exists."""
     try:
@@ -155,14 +175,59 @@ def start(cfg: StackConfig) -> None:
         spawn("kube-controller-manager", [
             str(bins / "kube-controller-manager"),
             "--kubeconfig", str(cfg.kubeconfig),
-            "--controllers", "garbage-collector-controller,namespace-controller",
+            "--controllers", "*",  # the defaults a cluster runs
+            "--service-account-private-key-file", str(pki / "sa.key"),
+            "--root-ca-file", str(pki / "ca.crt"),
+            "--cluster-signing-cert-file", str(pki / "ca.crt"),
+            "--cluster-signing-key-file", str(pki / "ca.key"),
             "--leader-elect=false",
             "--bind-address", "127.0.0.1",
             "--secure-port", "0",
             "--concurrent-gc-syncs", "5",
             "--v", "1",
         ], run, logs)
+    if read_pid(run / "kube-scheduler.pid") is None:
+        spawn("kube-scheduler", [
+            str(bins / "kube-scheduler"),
+            "--kubeconfig", str(cfg.kubeconfig),
+            "--leader-elect=false",
+            "--bind-address", "127.0.0.1",
+            "--secure-port", "0",
+            "--v", "1",
+        ], run, logs)
+    if read_pid(run / "kwok.pid") is None:
+        spawn("kwok", [
+            str(bins / "kwok"),
+            "--kubeconfig", str(cfg.kubeconfig),
+            "--config", str(bins / "kwok-stages.yaml"),
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector", f"{NODE_ANNOTATION}=fake",
+            "--node-lease-duration-seconds", "40",
+            "--cidr", POD_CIDR,
+            "--node-ip", "127.0.0.1",
+            "--node-port", "0",
+            "--v", "WARN",  # at INFO it logs every Pod and Node status it writes
+        ], run, logs)
     wait_until("kube-apiserver", lambda: ready(cfg), 180, logs / "kube-apiserver.log")
+    ensure_nodes(cfg)
+
+
+def ensure_nodes(cfg: StackConfig) -> None:
+    """The simulated nodes KWOK keeps Ready (created once; they live in etcd)."""
+    for i in range(NODES):
+        name = f"kwok-node-{i}"
+        if _get(cfg, f"/api/v1/nodes/{name}")[0] == 200:
+            continue
+        status, body = _post(cfg, "/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {NODE_ANNOTATION: "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                    "kubernetes.io/os": "linux"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+        })
+        if status not in (201, 409):
+            raise StartError(f"could not create node {name}: {status} {body[:300]!r}")
 
 
 def _port_free(port: int, variable: str) -> None:
@@ -175,7 +240,7 @@ def _port_free(port: int, variable: str) -> None:
 
 def stop_all(cfg: StackConfig) -> list[str]:
     stopped = []
-    for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         if stop(name, cfg.run_dir):
             stopped.append(name)
     return stopped

@@ -10,7 +10,8 @@ from . import controlplane, services
 from .config import StackConfig
 from .process import StartError, read_pid
 
-SERVICES = ("postgres", "redis", "etcd", "kube-apiserver", "kube-controller-manager")
+SERVICES = ("postgres", "redis", "etcd", "kube-apiserver", "kube-controller-manager",
+            "kube-scheduler", "kwok")
 
 
 def environment(cfg: StackConfig) -> dict[str, str]:

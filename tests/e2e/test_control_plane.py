@@ -179,3 +179,25 @@ def test_devstack_run_gives_a_command_the_running_stack(stack):
     status = subprocess.run(["python3", "-m", "reconcilers.devstack", "status"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stdout
+
+
+def test_deployments_get_pods_that_are_scheduled_to_simulated_nodes_and_become_ready(
+        kube, namespace):
+    """kube-controller-manager's default controllers, kube-scheduler and KWOK: what a user's
+    cluster does with a Deployment, without containers."""
+    apps = client.AppsV1Api(kube)
+    labels = {"app": "web"}
+    apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    _wait(lambda: (apps.read_namespaced_deployment("web", namespace).status
+                   .available_replicas or 0) == 2, 90, "two available replicas")
+    (rs,) = apps.list_namespaced_replica_set(namespace).items
+    assert rs.metadata.owner_references[0].name == "web"
+    pods = client.CoreV1Api(kube).list_namespaced_pod(namespace).items
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod.status.phase == "Running" and pod.spec.node_name.startswith("kwok-node-")
+        assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"

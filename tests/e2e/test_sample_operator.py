@@ -40,14 +40,22 @@ def test_foo_creates_an_owned_deployment_follows_replicas_and_mirrors_status(
                                                              foo["metadata"]["uid"], True)
     assert dep.spec.replicas == 1
 
-    status = wait_for(lambda: crd.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "example-foo").get("status"), 30, "Foo status")
-    assert status["availableReplicas"] == 0  # no kubelet here: nothing becomes available
+    def available() -> int | None:
+        status = crd.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "example-foo").get("status") or {}
+        return status.get("availableReplicas")
 
+    # The Deployment's Pods are scheduled to the simulated nodes and become Ready there, and
+    # the Foo mirrors what became available, as upstream's sample shows.
+    wait_for(lambda: available() == 1, 90, "availableReplicas to reach 1")
     crd.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-foo",
                                        {"spec": {"replicas": 3}})
     wait_for(lambda: apps.read_namespaced_deployment("example-foo", namespace).spec.replicas == 3,
              30, "replicas to follow the Foo")
+    wait_for(lambda: available() == 3, 90, "availableReplicas to follow a scale up")
+    pods = client.CoreV1Api(kube).list_namespaced_pod(namespace).items
+    assert sorted(p.status.phase for p in pods) == ["Running"] * 3
+    assert {p.spec.node_name for p in pods} <= {"kwok-node-0", "kwok-node-1"}
 
     # A Deployment changed behind the operator's back is put back (owned-child trigger).
     apps.patch_namespaced_deployment("example-foo", namespace, {"spec": {"replicas": 7}})
@@ -55,6 +63,10 @@ def test_foo_creates_an_owned_deployment_follows_replicas_and_mirrors_status(
              30, "the operator to revert a drifted child")
     assert ReconcileRecord.objects.filter(name="example-foo", triggers__contains=["owned-child"],
                                           outcome="success").exists()
+
+    crd.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-foo",
+                                       {"spec": {"replicas": 2}})
+    wait_for(lambda: available() == 2, 90, "availableReplicas to follow a scale down")
 
     crd.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-foo")
     wait_for(lambda: _deployment(apps, namespace, "example-foo") is None, 60,
