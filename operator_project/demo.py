@@ -54,9 +54,10 @@ def _admin_password(cfg: config.StackConfig) -> str:
 def _apply_samples(kubeconfig: str, stopping: threading.Event) -> None:
     """Create the sample objects once the watcher has installed their CRDs."""
     kubectl = Path(os.environ.get("OPERATOR_CONTROL_PLANE_BIN", "")) / "kubectl"
-    examples = REPO / "reconcilers" / "contrib" / "samplecontroller" / "examples"
+    contrib = REPO / "reconcilers" / "contrib"
+    examples = [contrib / "samplecontroller" / "examples", contrib / "podset" / "examples"]
     for _ in range(120):
-        out = subprocess.run([str(kubectl), "apply", "-f", str(examples)],
+        out = subprocess.run([str(kubectl), "apply", *(f"--filename={e}" for e in examples)],
                              env={**os.environ, "KUBECONFIG": kubeconfig},
                              capture_output=True, text=True)
         if out.returncode == 0:
@@ -105,7 +106,10 @@ def main() -> int:
         f"  Login:      admin / {password}\n"
         f"  Kubeconfig: {cfg.kubeconfig}   (kubectl: {os.environ.get('OPERATOR_CONTROL_PLANE_BIN', '')}/kubectl)\n"
         f"  Running:    {', '.join(children)}\n"
-        "  Sample:     kubectl get foos,deployments  (the Foo 'example-foo' owns a Deployment)\n"
+        "  Sample:     kubectl get foos,deployments,pods  (the Foo 'example-foo' owns a Deployment;\n"
+        "              its Pods run on simulated nodes and status.availableReplicas follows)\n"
+        "  Scale it:   kubectl patch foo example-foo --type merge -p '{\"spec\":{\"replicas\":3}}'\n"
+        "              and the PodSet 'example-podset' (the talk's ReplicaSet): kubectl get podsets\n"
         "  History:    python manage.py history foos.samplecontroller.k8s.io default/example-foo\n"
         "  Ctrl-C stops everything started here (make down stops the stack).\n",
         flush=True,

@@ -49,11 +49,12 @@ INSTALLED_APPS = [
     "operator_project",
 ]
 
-# The sample operators (kubernetes/sample-controller's Foo): on in development and tests
+# The sample operators (kubernetes/sample-controller's Foo, the talk's ReplicaSet-like PodSet):
+# on in development and tests
 # (.local/env sets it), off by default in production.
 OPERATOR_SAMPLES = env_bool("OPERATOR_SAMPLES", False)
 if OPERATOR_SAMPLES:
-    INSTALLED_APPS.append("reconcilers.contrib.samplecontroller")
+    INSTALLED_APPS += ["reconcilers.contrib.samplecontroller", "reconcilers.contrib.podset"]
 # Your operator apps, by import path, without editing this file: the image and compose take
 # them from the environment (README, "Your apps in the image").
 INSTALLED_APPS += env_list("OPERATOR_APPS")

@@ -7,7 +7,7 @@ plumbing stay behind this surface.
 """
 
 from . import events, predicates
-from .context import Context, NotOwnedError
+from .context import Context, Lister, NotOwnedError, controller_of
 from .kube import ApiError
 from .registry import Registry, register
 from .results import PermanentError, Result, TemporaryError
@@ -20,6 +20,7 @@ __all__ = [
     "GVR",
     "Index",
     "Key",
+    "Lister",
     "NotOwnedError",
     "Owns",
     "PermanentError",
@@ -28,6 +29,7 @@ __all__ = [
     "Result",
     "TemporaryError",
     "Watches",
+    "controller_of",
     "events",
     "predicates",
     "register",

@@ -157,6 +157,35 @@ def get_many(gvr: GVR, paths: Iterable[str]) -> list[dict]:
     return [json.loads(raw) for raw in raws if raw is not None]
 
 
+# --- expectations (``ctx.expectations``) ----------------------------------------------------
+
+EXPECTATIONS_TTL = 300  # client-go's ExpectationsTimeout
+
+
+def expect(name: str, created: Iterable[str], deleted: Iterable[str]) -> None:
+    fields_ = [f"+{n}" for n in created] + [f"-{n}" for n in deleted]
+    if not fields_:
+        return
+    key = f"operator:expect:{name}"
+    pipe = get_redis().pipeline(transaction=True)
+    pipe.sadd(key, *fields_)
+    pipe.expire(key, EXPECTATIONS_TTL)
+    pipe.execute()
+
+
+def expectations_met(name: str, present: set[str]) -> bool:
+    """True when every expected creation is in ``present`` and no expected deletion is; the
+    expectations are then forgotten."""
+    key = f"operator:expect:{name}"
+    r = get_redis()
+    for item in r.smembers(key):
+        sign, child = item.decode()[0], item.decode()[1:]
+        if (sign == "+") != (child in present):
+            return False
+    r.delete(key)
+    return True
+
+
 # A synced marker lives this long unless its watcher keeps it (``keep_synced``): with no
 # watcher running, the cache stops being trusted and readers go to the api-server.
 SYNCED_TTL = 60

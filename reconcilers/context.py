@@ -53,56 +53,34 @@ class KeyLogger(logging.LoggerAdapter):
         return f"[{self.extra['key']}] {msg}", kwargs
 
 
-class Context:
-    """Per-run helpers. ``ctx.log`` is a logger bound to the key."""
+class Lister:
+    """Reads - client-go's Lister: from the shared cache where the watcher keeps a resource,
+    otherwise from the api-server. A run reads through ``ctx``; a ``Watches`` map function that
+    takes a second argument gets one of these (to find the objects a change concerns)."""
 
-    def __init__(self, key: Key, obj: dict, *, primary: GVR,
-                 watched: Mapping[tuple[str, str], GVR] | None = None,
-                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None,
+    def __init__(self, api: kube.ApiClient, watched: Mapping[tuple[str, str], GVR],
                  indexes: Iterable[Index] = (),
                  scopes: Mapping[tuple[str, str], CacheScope] | None = None):
-        """``watched``: the resources the watcher caches for this reconciler, by
-        ``(apiVersion, kind)``; reads of those come from the shared cache. ``fence`` raises
-        when this run may no longer write (its key's lease ran out). ``indexes``: the
-        reconciler's ``Index`` declarations, for ``list(index=...)``. ``scopes``: what the
-        watcher caches of each watched resource (default: everything, in full)."""
+        self.api = api
+        self._watched = dict(watched)
         self._indexes = {(i.api_version, i.kind, i.name): i for i in indexes}
         self._scopes = dict(scopes or {})
-        self._fence = fence or (lambda: None)
-        self.key = key
-        self.obj = obj
-        self.api = api or kube.api_client()
-        self.primary = primary
-        self.log = KeyLogger(logging.getLogger(f"reconcilers.{key.reconciler}"), key)
-        self.events: list[dict] = []
-        # Every write the run made, ``(method, path, body)``, in order (reconcilers.testing
-        # shows them to a test).
-        self.writes: list[tuple[str, str, Any]] = []
-        # Children this run created or changed (a no-op apply is not a change).
-        self.changed_children: list[str] = []
-        # Capability actions the reconciler reported (``capability``).
-        self.capabilities: list[dict] = []
-        self._watched = dict(watched or {(primary.api_version, primary.kind): primary})
-        self._conditions: dict[str, dict] = {}
 
-    def _write(self, method: str, path: str, body: Any, **kwargs) -> dict:
-        """Every write of a run: fenced first, so a run past its lease never acts."""
-        self._fence()
-        result = kube.request(self.api, method, path, body, **kwargs)
-        self.writes.append((method, path, body))
-        return result
-
-    # --- reads ---------------------------------------------------------------------------
+    def resource(self, api_version: str, kind: str, plural: str | None = None) -> GVR:
+        """The resource the watcher caches under that apiVersion and kind, or the conventional
+        one."""
+        return self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None,
             plural: str | None = None) -> dict | None:
-        """The object, or None when it does not exist. A deep copy: safe to modify.
+        """The object (``namespace``: its namespace; none for a cluster-scoped one), or None
+        when it does not exist. A deep copy: safe to modify.
 
         From the cache when the watcher keeps that resource in full; a kind cached as
         metadata only is read from the api-server, and so is a miss in a cache narrowed by a
         selector (the object may exist outside it)."""
-        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
-        ns = namespace if namespace is not None else self.key.namespace
+        gvr = self.resource(api_version, kind, plural)
+        ns = namespace or ""
         scope = ns if gvr.namespaced else None
         kept = self._scopes.get((api_version, kind), CacheScope())
         if ((api_version, kind) in self._watched and not kept.metadata_only
@@ -116,7 +94,7 @@ class Context:
              labels: Mapping[str, str] | None = None, index: tuple[str, str] | None = None,
              plural: str | None = None) -> list[dict]:
         """Objects of a kind, sorted by namespace and name - client-go's Lister with its
-        Indexer. ``namespace``: one namespace (default: this object's; ``""`` for all);
+        Indexer. ``namespace``: one namespace (``""`` or None: all);
         ``labels``: each label must have that value; ``index``: ``(name, value)`` of one of
         this reconciler's ``Index`` declarations.
 
@@ -124,8 +102,8 @@ class Context:
         scope asked; otherwise one LIST from the api-server, filtered the same way. A cache
         narrowed by a selector lists what it holds, and one of metadata only lists metadata
         (as controller-runtime's scoped caches do). Deep copies: safe to modify."""
-        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
-        ns = namespace if namespace is not None else self.key.namespace
+        gvr = self.resource(api_version, kind, plural)
+        ns = namespace or ""
         scope = (ns or None) if gvr.namespaced else None
         declared = None
         if index is not None:
@@ -158,6 +136,82 @@ class Context:
             return None
         return list(cache.objects(gvr, scope).values())
 
+
+class Expectations:
+    """What a run did to children that the cache may not show yet.
+
+    ``expect(created=names, deleted=names)`` after the writes; ``met(present_names)`` at the
+    start of the next run: False while a created child is still missing from what it listed,
+    or a deleted one still there - then act later (``Result.after(...)``) rather than on a
+    stale count. Met (or expired after 5 minutes, as client-go's) forgets them.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def expect(self, created: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
+        cache.expect(self.name, created, deleted)
+
+    def met(self, present: Iterable[str]) -> bool:
+        return cache.expectations_met(self.name, set(present))
+
+
+class Context:
+    """Per-run helpers. ``ctx.log`` is a logger bound to the key."""
+
+    def __init__(self, key: Key, obj: dict, *, primary: GVR,
+                 watched: Mapping[tuple[str, str], GVR] | None = None,
+                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None,
+                 indexes: Iterable[Index] = (),
+                 scopes: Mapping[tuple[str, str], CacheScope] | None = None):
+        """``watched``: the resources the watcher caches for this reconciler, by
+        ``(apiVersion, kind)``; reads of those come from the shared cache. ``fence`` raises
+        when this run may no longer write (its key's lease ran out). ``indexes``: the
+        reconciler's ``Index`` declarations, for ``list(index=...)``. ``scopes``: what the
+        watcher caches of each watched resource (default: everything, in full)."""
+        self._fence = fence or (lambda: None)
+        self.key = key
+        self.obj = obj
+        self.api = api or kube.api_client()
+        self.primary = primary
+        self.log = KeyLogger(logging.getLogger(f"reconcilers.{key.reconciler}"), key)
+        self.events: list[dict] = []
+        # Every write the run made, ``(method, path, body)``, in order (reconcilers.testing
+        # shows them to a test).
+        self.writes: list[tuple[str, str, Any]] = []
+        # Children this run created or changed (a no-op apply is not a change).
+        self.changed_children: list[str] = []
+        # Capability actions the reconciler reported (``capability``).
+        self.capabilities: list[dict] = []
+        self.lister = Lister(self.api, watched or {(primary.api_version, primary.kind): primary},
+                             indexes, scopes)
+        self._conditions: dict[str, dict] = {}
+
+    def _write(self, method: str, path: str, body: Any, **kwargs) -> dict:
+        """Every write of a run: fenced first, so a run past its lease never acts."""
+        self._fence()
+        result = kube.request(self.api, method, path, body, **kwargs)
+        self.writes.append((method, path, body))
+        return result
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+            plural: str | None = None) -> dict | None:
+        """The object (in this object's namespace unless ``namespace`` says otherwise), or
+        None when it does not exist; see ``Lister.get``."""
+        ns = namespace if namespace is not None else self.key.namespace
+        return self.lister.get(api_version, kind, name, ns, plural)
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             labels: Mapping[str, str] | None = None, index: tuple[str, str] | None = None,
+             plural: str | None = None) -> list[dict]:
+        """Objects of a kind - in this object's namespace by default (``""``: all) - with
+        these ``labels``, filed under ``index=(name, value)``; see ``Lister.list``."""
+        ns = namespace if namespace is not None else self.key.namespace
+        return self.lister.list(api_version, kind, ns, labels=labels, index=index,
+                                plural=plural)
+
     # --- children ------------------------------------------------------------------------
 
     def owner_reference(self) -> dict:
@@ -171,8 +225,7 @@ class Context:
         and the child as it exists now (None when it does not)."""
         desired = copy.deepcopy(desired)
         meta = desired.setdefault("metadata", {})
-        gvr = (self._watched.get((desired["apiVersion"], desired["kind"]))
-               or GVR.of(desired["apiVersion"], desired["kind"], plural))
+        gvr = self.lister.resource(desired["apiVersion"], desired["kind"], plural)
         if gvr.namespaced:
             meta.setdefault("namespace", self.key.namespace)
         meta["ownerReferences"] = [self.owner_reference()]
@@ -243,7 +296,7 @@ class Context:
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                plural: str | None = None) -> bool:
         """Delete an object (e.g. a child no longer wanted); False when it was already gone."""
-        gvr = self._watched.get((api_version, kind)) or GVR.of(api_version, kind, plural)
+        gvr = self.lister.resource(api_version, kind, plural)
         ns = namespace if namespace is not None else self.key.namespace
         try:
             self._write("DELETE", gvr.path(ns if gvr.namespaced else None, name), None)
@@ -252,6 +305,38 @@ class Context:
                 return False
             raise
         return True
+
+    def patch(self, api_version: str, kind: str, name: str, body: dict,
+              namespace: str | None = None, plural: str | None = None) -> dict:
+        """Merge-patch any object. Put ``metadata.resourceVersion`` in ``body`` to make the
+        write conditional on the copy you read (409 if it changed since, retried)."""
+        gvr = self.lister.resource(api_version, kind, plural)
+        ns = namespace if namespace is not None else self.key.namespace
+        return self._write("PATCH", gvr.path(ns if gvr.namespaced else None, name), body,
+                           content_type=kube.MERGE_PATCH)
+
+    def adopt(self, orphan: dict) -> dict:
+        """Make this object the controller owner of ``orphan`` (an object nobody controls that
+        matches what this object selects, as a ReplicaSet adopts Pods). Conditional on the
+        copy given: if anyone changed or adopted it since, the write fails with 409 and the
+        key is retried with a fresh read."""
+        if controller_of(orphan) is not None:
+            raise NotOwnedError(f"{orphan.get('kind', 'object')} "
+                                f"{orphan['metadata']['name']} already has a controller")
+        meta = orphan["metadata"]
+        refs = [*(meta.get("ownerReferences") or []), self.owner_reference()]
+        return self._changed(self.patch(
+            orphan.get("apiVersion", "v1"), orphan["kind"], meta["name"],
+            {"metadata": {"ownerReferences": refs,
+                          "resourceVersion": meta["resourceVersion"]}},
+            namespace=meta.get("namespace")))
+
+    def expectations(self, what: str) -> "Expectations":
+        """client-go's ControllerExpectations for this object: the children this run creates
+        or deletes, remembered (in Redis, for 5 minutes) until the watch shows them, so the
+        next run - which reads the cache - does not count a creation twice. See
+        ``Expectations``."""
+        return Expectations(f"{self.key}:{what}")
 
     def _check_owned(self, existing: Mapping, desired: Mapping) -> None:
         ref = controller_of(existing)

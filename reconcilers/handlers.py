@@ -4,15 +4,20 @@ A ``Handler`` binds one reconciler to one watched resource: the primary resource
 own key (after the reconciler's predicates), an owned resource maps to its controller owner's
 key (``ownerReferences`` with ``controller: true``), a related resource (``Watches``) maps to
 the keys its map function names (after that declaration's predicates). A ``Router`` runs every handler of a
-stream for each change the reflector reports and hands the keys on. Pure mapping: no I/O.
+stream for each change the reflector reports and hands the keys on. Mapping only: the one read
+is a ``Watches`` map function's, through a ``Lister`` (the shared cache, else the api-server).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from . import kube
+from .context import Lister
 from .models import Trigger
 from .spec import Reconciler
 from .vocab import Key, Watches
@@ -57,7 +62,7 @@ class Handler:
             if obj is None:
                 continue
             try:
-                targets = list(self.watches.map(obj) or ())
+                targets = list(self._map(obj) or ())
             except Exception:
                 log.exception("%s: the map function of Watches(%s) failed on %s", name,
                               self.watches.kind, obj.get("metadata", {}).get("name"))
@@ -70,12 +75,28 @@ class Handler:
                     out.append(key)
         return out
 
+    def _map(self, obj: dict):
+        """``map(obj)``, or ``map(obj, lister)`` for a map function that reads (say, the
+        objects whose selector matches ``obj``)."""
+        if _takes_lister(self.watches.map):
+            cls = self.reconciler
+            return self.watches.map(obj, Lister(kube.api_client(), cls.watched(), cls.indexes,
+                                                cls.cache_scopes()))
+        return self.watches.map(obj)
+
     def passes(self, old: dict | None, new: dict | None) -> bool:
         if self.role == PRIMARY:
             return all(p(old, new) for p in self.reconciler.predicates)
         if self.role == WATCHED:
             return all(p(old, new) for p in self.watches.predicates)
         return True
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_lister(func: Callable) -> bool:
+    params = [p for p in inspect.signature(func).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(params) >= 2
 
 
 class Router:

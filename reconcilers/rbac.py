@@ -45,7 +45,7 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
         allow(primary, f"{primary.plural}/status", "get", "patch")
         for owned in cls.owns:
             gvr = owned.gvr()
-            allow(gvr, gvr.plural, *READ, "create", "patch")
+            allow(gvr, gvr.plural, *READ, "create", "patch", "delete")
         for related in cls.watches:  # read only: watched, never written
             gvr = related.gvr()
             allow(gvr, gvr.plural, *READ)

@@ -152,7 +152,9 @@ class Watches:
     Secret that objects reference by name, say.
 
     ``map(obj)`` returns the objects to reconcile as names (in ``obj``'s namespace) or
-    ``(namespace, name)`` pairs; ``predicates`` filter changes first, like a reconciler's.
+    ``(namespace, name)`` pairs; declared with two parameters, ``map(obj, lister)`` also gets a
+    ``Lister`` to read from (say, the objects whose selector matches ``obj``). ``predicates``
+    filter changes first, like a reconciler's.
     ``selector`` / ``fields`` / ``metadata_only``: what is cached of it, as for ``Owns``.
     """
 

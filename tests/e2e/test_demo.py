@@ -44,8 +44,20 @@ def test_demo_runs_the_sample_operator_serves_the_admin_and_stops_on_ctrl_c(star
             return None
         return [r.kind for r in dep.metadata.owner_references or []] == ["Foo"]
 
+    foos = client.CustomObjectsApi(kube)
+
+    def available() -> int | None:
+        foo = foos.get_namespaced_custom_object("samplecontroller.k8s.io", "v1alpha1",
+                                                "default", "foos", "example-foo")
+        return (foo.get("status") or {}).get("availableReplicas")
+
     try:
         wait_for(owned_deployment, 60, "the sample Foo's Deployment")
+        # What the demo prints: scale the Foo and its status follows the real Pods.
+        wait_for(lambda: available() == 1, 90, "availableReplicas 1")
+        foos.patch_namespaced_custom_object("samplecontroller.k8s.io", "v1alpha1", "default",
+                                            "foos", "example-foo", {"spec": {"replicas": 3}})
+        wait_for(lambda: available() == 3, 90, "availableReplicas to follow replicas")
     finally:
         client.CustomObjectsApi(kube).delete_namespaced_custom_object(
             "samplecontroller.k8s.io", "v1alpha1", "default", "foos", "example-foo")
