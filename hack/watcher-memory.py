@@ -1,15 +1,19 @@
-"""Peak RSS of a watcher caching N Deployments: first list, and the relist after a restart.
+"""Peak RSS of a watcher caching N Deployments: first list, the relist after a restart, and
+the same with a selector-scoped cache.
 
-    .venv/bin/python hack/watcher-memory.py [N]      # on the local stack (make up)
+    .venv/bin/python hack/watcher-memory.py [N] [SELECTED]   # on the local stack (make up)
 
-The sample Foo operator owns Deployments, so its watcher caches every Deployment of the
+A reconciler that owns Deployments (``bench/memoryapp``) caches every Deployment of the
 namespace it watches. Each Deployment carries a 600-byte last-applied annotation (as
-``kubectl apply`` leaves), which the cache drops. Two figures:
+``kubectl apply`` leaves), which the cache drops. SELECTED of them (default 100) carry the
+label ``memory/selected=yes``. Figures:
 
 1. first list: a watcher starting with an empty cache;
-2. relist after a restart: a new watcher whose first list diffs against the 10,000 objects
+2. relist after a restart: a new watcher whose first list diffs against the N objects
    already in the shared cache - the old and the new list both in memory, the peak that
-   matters for the pod's memory limit.
+   matters for the pod's memory limit;
+3. scoped: ``Owns("apps/v1", "Deployment", selector="memory/selected=yes")`` - the watcher
+   lists, watches and caches only the SELECTED ones; with the Redis bytes of each cache.
 
 The figure is the kernel's high-water mark (VmHWM) of the watcher process once its streams
 are synced. Deployments have replicas 0 (no Pods); the namespace is deleted at the end.
@@ -34,6 +38,7 @@ from reconcilers.devstack.config import load  # noqa: E402
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    selected = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     cfg = load()
     os.environ["KUBECONFIG"] = str(cfg.kubeconfig)
     from kubernetes import client, config
@@ -47,26 +52,39 @@ def main() -> None:
     try:
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda i: apps.create_namespaced_deployment(namespace, _deployment(i)),
-                          range(n)))
+            list(pool.map(lambda i: apps.create_namespaced_deployment(
+                namespace, _deployment(i, i < selected)), range(n)))
         print(f"created {n} Deployments in {time.monotonic() - started:.0f}s", flush=True)
-        env = {**os.environ, "OPERATOR_SAMPLES": "1", "RECONCILERS_NAMESPACES": namespace,
+        env = {**os.environ, "OPERATOR_SAMPLES": "0", "OPERATOR_APPS": "bench.memoryapp",
+               "RECONCILERS_NAMESPACES": namespace,
                "RECONCILERS_LEASE_NAME": f"memory-{namespace}", "LOG_LEVEL": "WARNING",
                "OPERATOR_WATCHER_HTTP_PORT": "0"}
+        _forget_cache()
         first = _watcher_peak(env, namespace, n)
-        print(f"first list: peak RSS {first:.0f} MiB", flush=True)
+        whole_bytes = _cache_bytes()
+        print(f"first list: peak RSS {first:.0f} MiB, Redis {whole_bytes / 2**20:.1f} MiB",
+              flush=True)
         relist = _watcher_peak(env, namespace, n)
         print(f"relist after a restart (cache warm): peak RSS {relist:.0f} MiB", flush=True)
+        _forget_cache()
+        scoped = _watcher_peak({**env, "MEMORY_SELECTOR": "memory/selected=yes"}, namespace,
+                               selected)
+        scoped_bytes = _cache_bytes()
+        print(f"scoped to {selected} of {n}: peak RSS {scoped:.0f} MiB, Redis "
+              f"{scoped_bytes / 2**20:.2f} MiB", flush=True)
         print(json.dumps({"deployments": n, "first_list_mib": round(first),
-                          "relist_mib": round(relist)}))
+                          "relist_mib": round(relist), "redis_mib": round(whole_bytes / 2**20, 1),
+                          "selected": selected, "scoped_mib": round(scoped),
+                          "scoped_redis_mib": round(scoped_bytes / 2**20, 2)}))
     finally:
         core.delete_namespace(namespace)
 
 
-def _deployment(i: int) -> dict:
+def _deployment(i: int, selected: bool) -> dict:
     labels = {"app": f"d{i}"}
+    meta_labels = {**labels, "memory/selected": "yes"} if selected else labels
     body = {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": f"d{i}", "labels": labels},
+            "metadata": {"name": f"d{i}", "labels": meta_labels},
             "spec": {"replicas": 0, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": {"containers": [
                          {"name": "app", "image": "registry.example/app:1"}]}}}}
@@ -98,6 +116,21 @@ def _watcher_peak(env: dict, namespace: str, n: int) -> float:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+DEPLOYMENTS = "operator:obj:apps/v1/deployments"
+
+
+def _forget_cache() -> None:
+    from reconcilers import cache
+
+    cache.get_redis().delete(DEPLOYMENTS)
+
+
+def _cache_bytes() -> int:
+    from reconcilers import cache
+
+    return int(cache.get_redis().memory_usage(DEPLOYMENTS, samples=0) or 0)
 
 
 def _synced(namespace: str, n: int) -> bool:
