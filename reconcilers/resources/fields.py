@@ -14,10 +14,11 @@ from __future__ import annotations
 import copy
 import enum
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 __all__ = [
-    "Field", "String", "Integer", "Number", "Boolean", "Enum", "DateTime", "Quantity",
+    "Rule", "Field", "String", "Integer", "Number", "Boolean", "Enum", "DateTime", "Quantity",
     "IntOrString", "List", "Map", "Object", "camel_case", "NOT_PROVIDED",
 ]
 
@@ -26,6 +27,31 @@ QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
     r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A CEL validation rule (``x-kubernetes-validations``), checked by the api-server on
+    every write - cross-field rules and transition rules the OpenAPI schema cannot say.
+
+    ``Rule("self.minReplicas <= self.maxReplicas", "minReplicas may not exceed maxReplicas")``
+    on an object; ``self`` is the field's value, ``oldSelf`` its stored value on an update
+    (such a transition rule only runs when both exist). ``field_path`` points the error at a
+    child (``.maxReplicas``); ``reason`` is one of ``FieldValueInvalid`` (the default),
+    ``FieldValueForbidden``, ``FieldValueRequired``, ``FieldValueDuplicate``.
+    """
+
+    rule: str
+    message: str = ""
+    field_path: str = ""
+    reason: str = ""
+
+    def schema(self) -> dict[str, str]:
+        out = {"rule": self.rule}
+        _put(out, "message", self.message or None)
+        _put(out, "fieldPath", self.field_path or None)
+        _put(out, "reason", self.reason or None)
+        return out
 
 
 class _NotProvided:
@@ -48,7 +74,8 @@ class Field:
     ``required`` puts the name in the parent object's ``required`` list; ``default`` is applied
     by the api-server (given in Python form, stored in JSON form); ``help_text`` becomes the
     schema's ``description`` (what ``kubectl explain`` shows); ``nullable`` keeps an explicit
-    ``null`` instead of pruning it.
+    ``null`` instead of pruning it. ``immutable`` makes the api-server refuse any change of
+    the value once set (a CEL transition rule); ``rules`` adds CEL ``Rule``s of your own.
     """
 
     #: The additionalPrinterColumns type a column showing this field gets.
@@ -58,8 +85,11 @@ class Field:
 
     def __init__(self, *, required: bool = False, default: Any = NOT_PROVIDED,
                  help_text: str = "", json_name: str | None = None,
-                 nullable: bool = False) -> None:
+                 nullable: bool = False, immutable: bool = False,
+                 rules: Sequence[Rule] = ()) -> None:
         self.name: str | None = None
+        self.immutable = immutable
+        self.rules = tuple(rules)
         self.required = required
         self.help_text = help_text
         self.nullable = nullable
@@ -96,7 +126,15 @@ class Field:
         if self.nullable:
             out["nullable"] = True
         out.update(self.extensions())
+        validations = [r.schema() for r in self.validation_rules()]
+        if validations:
+            out["x-kubernetes-validations"] = validations
         return out
+
+    def validation_rules(self) -> list[Rule]:
+        immutable = [Rule("self == oldSelf", f"{self.json_name} is immutable")] \
+            if self.immutable else []
+        return [*immutable, *self.rules]
 
     def type_schema(self) -> dict[str, Any]:
         raise NotImplementedError

@@ -519,3 +519,41 @@ def test_the_sample_foo_accepts_the_example_and_rejects_what_upstream_let_throug
             **example, "metadata": {"name": "bad"}, "spec": spec})
     assert err.value.status == 422
     assert f"{field}: " in kube_module.ApiError.from_exception(err.value).message
+
+
+class RangeSpec(fields.Object):
+    name = fields.String(immutable=True)
+    low = fields.Integer()
+    high = fields.Integer()
+
+
+def test_cel_rules_and_immutable_fields_are_enforced_by_the_api_server(kube, namespace,
+                                                                       installed):
+    ranged_group = unique_group()
+
+    class Ranged(Resource):
+        group = ranged_group
+        version = "v1"
+        spec = RangeSpec(rules=[fields.Rule("self.low <= self.high", "low may not exceed high",
+                                            field_path=".low")])
+
+        class Meta:
+            registry = Registry()
+
+    installed(Ranged)
+    schema = read_crd(kube, Ranged)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    assert spec["x-kubernetes-validations"] == [
+        {"rule": "self.low <= self.high", "message": "low may not exceed high",
+         "fieldPath": ".low"}]
+    create(kube, Ranged, namespace, "r", {"name": "first", "low": 1, "high": 2})
+    api, meta = objects(kube), Ranged._meta
+    for patch, message in [({"low": 5}, "spec.low: Invalid value: low may not exceed high"),
+                           ({"name": "second"}, "name is immutable")]:
+        with pytest.raises(client.ApiException) as err:
+            api.patch_namespaced_custom_object(meta.group, "v1", namespace, meta.plural, "r",
+                                               {"spec": patch})
+        assert err.value.status == 422
+        assert message in kube_module.ApiError.from_exception(err.value).message
+    api.patch_namespaced_custom_object(meta.group, "v1", namespace, meta.plural, "r",
+                                       {"spec": {"low": 2}})  # within the rule: accepted

@@ -110,3 +110,14 @@ def _deployment(apps, namespace: str, name: str):
         if e.status == 404:
             return None
         raise
+
+
+def test_a_foos_deployment_name_cannot_change(kube, namespace, foo_operator):
+    """Renaming would orphan the old Deployment: the CRD's CEL rule refuses it."""
+    crd = client.CustomObjectsApi(kube)
+    crd.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                        foo_body("fixed", "fixed-nginx", 1))
+    with pytest.raises(client.ApiException) as err:
+        crd.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fixed",
+                                           {"spec": {"deploymentName": "other"}})
+    assert err.value.status == 422 and "deploymentName is immutable" in err.value.body

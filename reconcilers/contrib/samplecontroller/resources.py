@@ -13,8 +13,9 @@ DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 
 class FooSpec(fields.Object):
     deployment_name = fields.String(
-        required=True, min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN,
-        help_text="Name of the Deployment this Foo owns, in the Foo's namespace.")
+        required=True, min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, immutable=True,
+        help_text="Name of the Deployment this Foo owns, in the Foo's namespace; fixed once set "
+                  "(a renamed Foo would leave its old Deployment behind).")
     replicas = fields.Integer(
         minimum=1, maximum=100, default=1,
         help_text="Number of replicas of the Deployment.")
