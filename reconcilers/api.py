@@ -7,6 +7,7 @@ plumbing stay behind this surface.
 """
 
 from . import events, predicates
+from .admission import ValidationError
 from .context import Context, Lister, NotOwnedError, controller_of
 from .kube import ApiError
 from .registry import Registry, register
@@ -28,6 +29,7 @@ __all__ = [
     "Registry",
     "Result",
     "TemporaryError",
+    "ValidationError",
     "Watches",
     "controller_of",
     "events",

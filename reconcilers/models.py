@@ -313,6 +313,30 @@ class AuditLog(models.Model):
         raise TypeError("the audit log is append-only")
 
 
+class WebhookCall(models.Model):
+    """One admission webhook call: which object, which hook, allowed or denied and why, how
+    long it took - shown per resource in the admin like reconcile runs."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    resource = models.CharField(max_length=253, help_text="<plural>.<group>")
+    namespace = models.CharField(max_length=253, blank=True, default="")
+    name = models.CharField(max_length=253, blank=True, default="")
+    operation = models.CharField(max_length=16)
+    hook = models.CharField(max_length=16, help_text="validate or mutate")
+    allowed = models.BooleanField()
+    message = models.TextField(blank=True, default="")
+    dry_run = models.BooleanField(default=False)
+    duration_ms = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["resource", "at"], name="webhookcall_resource_at")]
+        verbose_name = "webhook call"
+
+    def __str__(self) -> str:
+        verdict = "allowed" if self.allowed else "denied"
+        return f"{self.hook} {self.operation} {self.resource} {self.name}: {verdict}"
+
+
 class CapabilityEvidence(models.Model):
     """The first run that proved an observable capability criterion, per reconciler.
 

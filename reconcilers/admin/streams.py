@@ -1,11 +1,11 @@
-"""Watch streams, the audit log and the capability levels: read-only pages."""
+"""Watch streams, the audit log, webhook calls and the capability levels: read-only pages."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.utils.html import format_html_join
 
-from ..models import AuditLog, CapabilityLevel, WatchStream
+from ..models import AuditLog, CapabilityLevel, WatchStream, WebhookCall
 from .common import ReadOnlyAdmin
 
 
@@ -19,6 +19,15 @@ class WatchStreamAdmin(ReadOnlyAdmin):
     @admin.display(description="connected", boolean=True, ordering="connected")
     def connected_col(self, s: WatchStream) -> bool:
         return s.connected
+
+
+@admin.register(WebhookCall)
+class WebhookCallAdmin(ReadOnlyAdmin):
+    list_display = ("at", "resource", "namespace", "name", "hook", "operation", "allowed",
+                    "message", "duration_ms", "dry_run")
+    list_filter = ("resource", "hook", "allowed", "operation")
+    search_fields = ("=name", "=namespace")
+    date_hierarchy = "at"
 
 
 @admin.register(AuditLog)

@@ -6,6 +6,7 @@ with a replica count out of range is rejected by the api-server (422) instead of
 reconcile. ``manage.py makecrds`` writes ``crds/foos.samplecontroller.k8s.io.yaml`` from it.
 """
 
+from reconcilers.admission import ValidationError
 from reconcilers.resources import PrinterColumn, Resource, fields
 
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -17,8 +18,9 @@ class FooSpec(fields.Object):
         help_text="Name of the Deployment this Foo owns, in the Foo's namespace; fixed once set "
                   "(a renamed Foo would leave its old Deployment behind).")
     replicas = fields.Integer(
-        minimum=1, maximum=100, default=1,
-        help_text="Number of replicas of the Deployment.")
+        minimum=1, maximum=100,
+        help_text="Number of replicas of the Deployment; 1 when left out (set by the mutating "
+                  "webhook, or by the Deployment's own default without it).")
 
 
 class FooStatus(fields.Object):
@@ -49,3 +51,22 @@ class Foo(Resource):
             PrinterColumn("Available", "status.available_replicas"),
             PrinterColumn.age(),
         ]
+
+    # --- admission webhooks (manage.py webhook serve / register) ---------------------------
+
+    def default(self, request) -> None:
+        """A Foo without replicas gets 1."""
+        if self.raw.setdefault("spec", {}).get("replicas") is None:
+            self.raw["spec"]["replicas"] = 1
+
+    def validate(self, old, request) -> list[str]:
+        """Two Foos of one namespace may not name the same Deployment: the second would fight
+        the first for it (something a CRD's CEL rules cannot see, as it spans objects)."""
+        wanted = self.raw["spec"].get("deploymentName")
+        for other in request.lister.list(self.api_version, "Foo", request.namespace):
+            if (other["metadata"]["name"] != request.name
+                    and (other.get("spec") or {}).get("deploymentName") == wanted):
+                raise ValidationError(
+                    "spec.deploymentName",
+                    f'Deployment "{wanted}" is already named by Foo "{other["metadata"]["name"]}"')
+        return []

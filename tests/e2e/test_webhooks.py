@@ -1,0 +1,175 @@
+"""Admission webhooks through the real api-server: the sample Foo's validating webhook (a
+lookup CEL cannot do) and mutating webhook, served over HTTPS by ``manage.py webhook serve``
+in its own process, registered with ``manage.py webhook register``; dry runs, records,
+failurePolicy with the server down, and a malformed review."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from reconcilers import crds
+from reconcilers.models import WebhookCall
+from tests.helpers import REPO, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+GROUP, VERSION, PLURAL = "samplecontroller.k8s.io", "v1alpha1", "foos"
+FOO_CRD = REPO / "reconcilers" / "contrib" / "samplecontroller" / "crds" / f"{PLURAL}.{GROUP}.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Webhooks:
+    def __init__(self, start_process, tmp: Path, namespace: str):
+        self.start_process, self.namespace = start_process, namespace
+        self.dir = tmp / "webhook"
+        self.port = _free_port()
+        self.name = f"wh-{namespace}"
+        self.proc = None
+
+    def manage(self, *args: str) -> str:
+        import subprocess
+
+        out = subprocess.run([sys.executable, "manage.py", "webhook", *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=120,
+                             env={**__import__("os").environ,
+                                  "DJANGO_SETTINGS_MODULE": "tests.settings"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    def https(self, path: str, body: bytes | None = None) -> tuple[int, dict]:
+        ctx = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
+        req = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}", data=body,
+                                     method="POST" if body is not None else "GET",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def start(self) -> None:
+        self.proc = self.start_process("webhook", [
+            sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
+            "--port", str(self.port), "--cert", str(self.dir / "tls.crt"),
+            "--key", str(self.dir / "tls.key")])
+
+        def answers() -> bool:
+            try:
+                return self.https("/healthz")[0] == 200
+            except OSError:
+                return False
+        wait_for(answers, 30, "the webhook server")
+
+    def register(self, failure_policy: str = "Fail") -> None:
+        self.manage("register", "--url", f"https://127.0.0.1:{self.port}",
+                    "--ca", str(self.dir / "ca.crt"), "--name", self.name,
+                    "--failure-policy", failure_policy, "--timeout", "5",
+                    "--namespace-label", f"webhook-test={self.namespace}")
+
+
+@pytest.fixture
+def webhooks(kube, namespace, start_process, tmp_path, redis_client):
+    crds.apply_manifest(kube, FOO_CRD)
+    client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {
+        "webhook-test": namespace}}})
+    hooks = Webhooks(start_process, tmp_path, namespace)
+    hooks.manage("certs", "--dir", str(hooks.dir), "--host", "127.0.0.1")
+    hooks.start()
+    hooks.register()
+    yield hooks
+    hooks.manage("unregister", "--name", hooks.name)
+
+
+def foo(name: str, deployment: str, **spec) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Foo", "metadata": {"name": name},
+            "spec": {"deploymentName": deployment, **spec}}
+
+
+def _create(kube, namespace: str, body: dict, dry_run: bool = False) -> dict:
+    return client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All" if dry_run else None)
+
+
+def _until_registered(kube, namespace: str) -> None:
+    """Webhook configurations reach the api-server's admission chain within a moment."""
+    def mutated() -> bool:
+        got = _create(kube, namespace, foo("probe", "probe-nginx"), dry_run=True)
+        return got["spec"].get("replicas") == 1
+    wait_for(mutated, 30, "the webhooks to be called")
+
+
+def test_a_second_foo_naming_the_same_deployment_is_denied_with_the_first_ones_name(
+        kube, namespace, webhooks):
+    _until_registered(kube, namespace)
+    first = _create(kube, namespace, foo("first", "shared"))
+    assert first["spec"]["replicas"] == 1  # the mutating webhook filled it in
+    with pytest.raises(client.ApiException) as err:
+        _create(kube, namespace, foo("second", "shared", replicas=2))
+    message = json.loads(err.value.body)["message"]
+    assert err.value.status == 422
+    assert message == ('admission webhook "validate.foos.samplecontroller.k8s.io" denied the '
+                       'request: spec.deploymentName: Deployment "shared" is already named by '
+                       'Foo "first"')
+    # A dry run is judged the same way, and persists nothing.
+    with pytest.raises(client.ApiException):
+        _create(kube, namespace, foo("third", "shared"), dry_run=True)
+    assert _create(kube, namespace, foo("fourth", "own"), dry_run=True)["spec"]["replicas"] == 1
+    names = [f["metadata"]["name"] for f in client.CustomObjectsApi(kube).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"]]
+    assert names == ["first"]
+
+    # Every call is in the admin's record, with its verdict, message and latency.
+    denied = WebhookCall.objects.filter(resource=f"{PLURAL}.{GROUP}", namespace=namespace,
+                                        allowed=False)
+    assert {(c.name, c.hook, c.dry_run) for c in denied} >= {("second", "validate", False),
+                                                            ("third", "validate", True)}
+    assert all('already named by Foo "first"' in c.message and c.duration_ms > 0
+               for c in denied)
+    assert WebhookCall.objects.filter(name="first", hook="mutate", allowed=True).exists()
+
+
+def test_with_the_server_down_fail_refuses_and_ignore_lets_writes_through(kube, namespace,
+                                                                         webhooks):
+    _until_registered(kube, namespace)
+    webhooks.proc.stop()
+    with pytest.raises(client.ApiException) as err:
+        _create(kube, namespace, foo("blocked", "blocked"))
+    assert "failed calling webhook" in json.loads(err.value.body)["message"]
+    webhooks.register(failure_policy="Ignore")
+
+    def goes_through() -> bool:
+        try:
+            _create(kube, namespace, foo("through", "through", replicas=2))
+        except client.ApiException:
+            return False
+        return True
+    wait_for(goes_through, 30, "Ignore to let the write through")
+
+
+def test_a_malformed_review_gets_a_clear_400_and_the_server_keeps_serving(webhooks):
+    assert webhooks.https("/validate", b"{not json")[0] == 400
+    status, body = webhooks.https("/validate", json.dumps({"kind": "Pod"}).encode())
+    assert status == 400 and "expected an AdmissionReview" in body["error"]
+    status, body = webhooks.https("/mutate", json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u1", "resource": {"group": "nope.example.com", "version": "v1",
+                                              "resource": "things"}}}).encode())
+    assert status == 400 and "no resource things.nope.example.com" in body["error"]
+    assert webhooks.https("/healthz") == (200, {"status": "ok"})
+    time.sleep(0.1)
+    assert webhooks.proc.popen.poll() is None

@@ -1,0 +1,135 @@
+"""Admission reviews without the api-server in the loop: the JSONPatch a mutation sends, the
+response shape, and what a bad request or a crashing hook gets."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+
+import pytest
+
+from reconcilers import admission
+from reconcilers.resources import Registry, Resource, fields
+
+
+def apply_patch(doc, ops):
+    """A minimal RFC 6902 applier (add/remove/replace), to check what json_patch produces."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if op["path"] == "":
+            doc = copy.deepcopy(op["value"])
+            continue
+        *parents, last = [p.replace("~1", "/").replace("~0", "~")
+                          for p in op["path"].split("/")[1:]]
+        target = doc
+        for p in parents:
+            target = target[p]
+        if op["op"] == "remove":
+            del target[last]
+        else:
+            target[last] = copy.deepcopy(op["value"])
+    return doc
+
+
+@pytest.mark.parametrize("before,after", [
+    ({"a": 1}, {"a": 1}),
+    ({"a": 1}, {"a": 2}),
+    ({"a": 1, "b": {"c": [1, 2]}}, {"b": {"c": [1, 2, 3], "d": None}}),
+    ({"spec": {}}, {"spec": {"replicas": 1}}),
+    ({"x/y": {"~t": 1}}, {"x/y": {"~t": 2}, "n": "1"}),
+    ({"a": [1]}, {"a": {"k": 1}}),
+    ({"a": 1}, {"a": True}),
+])
+def test_json_patch_turns_before_into_after(before, after):
+    ops = admission.json_patch(before, after)
+    assert apply_patch(before, ops) == after
+    assert (ops == []) == (before == after and json.dumps(before) == json.dumps(after))
+
+
+class Spec(fields.Object):
+    size = fields.Integer()
+
+
+class Gadget(Resource):
+    group = "admission.test.local"
+    version = "v1"
+    spec = Spec()
+
+    class Meta:
+        registry = None
+
+    def default(self, request):
+        self.raw["spec"].setdefault("size", 3)
+
+    def validate(self, old, request):
+        if self.raw["spec"].get("size", 0) > 10:
+            raise admission.ValidationError("spec.size", "at most 10")
+        if old is not None and old.raw["spec"].get("size") != self.raw["spec"].get("size"):
+            return ["size changed"]
+        if self.raw["spec"].get("size") == 7:
+            raise RuntimeError("seven is unlucky")
+        return []
+
+
+def review(obj, old=None, op="CREATE", dry_run=False):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "operation": op, "namespace": "ns", "name": "g", "dryRun": dry_run,
+        "resource": {"group": "admission.test.local", "version": "v1", "resource": "gadgets"},
+        "object": obj, "oldObject": old, "userInfo": {"username": "alice"}}}
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    registry = Registry()
+    registry.register(Gadget)
+    monkeypatch.setattr(admission, "default_registry", registry)
+
+
+def gadget(**spec):
+    return {"apiVersion": "admission.test.local/v1", "kind": "Gadget",
+            "metadata": {"name": "g"}, "spec": spec}
+
+
+def test_a_mutation_is_sent_as_a_base64_json_patch(registered):
+    out = admission.review(review(gadget()), admission.MUTATE, api=object())
+    response = out.response["response"]
+    assert response["uid"] == "u-1" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == [
+        {"op": "add", "path": "/spec/size", "value": 3}]
+    nothing = admission.review(review(gadget(size=1)), admission.MUTATE, api=object())
+    assert "patch" not in nothing.response["response"]
+
+
+def test_a_denial_names_the_field_and_warnings_reach_the_client(registered):
+    denied = admission.review(review(gadget(size=11)), admission.VALIDATE, api=object())
+    response = denied.response["response"]
+    assert response["allowed"] is False and not denied.allowed
+    assert response["status"]["code"] == 422
+    assert response["status"]["message"] == "spec.size: at most 10"
+    assert response["status"]["details"]["causes"] == [
+        {"field": "spec.size", "message": "at most 10", "reason": "FieldValueInvalid"}]
+    warned = admission.review(review(gadget(size=2), old=gadget(size=1), op="UPDATE"),
+                              admission.VALIDATE, api=object())
+    assert warned.response["response"] == {"uid": "u-1", "allowed": True,
+                                           "warnings": ["size changed"]}
+
+
+def test_a_hook_that_crashes_denies_that_request_with_its_error(registered):
+    out = admission.review(review(gadget(size=7)), admission.VALIDATE, api=object())
+    assert out.allowed is False
+    assert out.response["response"]["status"]["message"] == (
+        "validate hook failed: RuntimeError: seven is unlucky")
+
+
+@pytest.mark.parametrize("body,reason", [
+    ([], "expected an AdmissionReview"),
+    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1"}, "unsupported"),
+    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}, "no request"),
+    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+      "request": {"uid": "x"}}, "names no resource"),
+])
+def test_what_is_not_an_admission_review_is_refused_with_the_reason(registered, body, reason):
+    with pytest.raises(admission.BadReview, match=reason):
+        admission.review(body, admission.VALIDATE, api=object())
