@@ -37,7 +37,7 @@ from .resources.base import Resource
 
 log = logging.getLogger(__name__)
 
-VALIDATE, MUTATE = "validate", "mutate"
+VALIDATE, MUTATE, CONVERT = "validate", "mutate", "convert"
 
 
 class ValidationError(Exception):
@@ -91,6 +91,8 @@ def hooked(cls: type[Resource]) -> set[str]:
         out.add(VALIDATE)
     if callable(getattr(cls, "default", None)):
         out.add(MUTATE)
+    if cls._meta.converts:
+        out.add(CONVERT)
     return out
 
 
@@ -182,6 +184,58 @@ def _denied(message: str, field_path: str) -> dict:
         status["details"] = {"causes": [{"field": field_path, "message": message,
                                          "reason": "FieldValueInvalid"}]}
     return status
+
+
+# --- conversion (ConversionReview, apiextensions.k8s.io/v1) ------------------------------------
+
+
+def convert(body: Any) -> dict:
+    """Answer one ConversionReview: every object to ``desiredAPIVersion``, through the hub
+    (the storage version). A conversion function that fails fails the whole review with its
+    message, as the api-server expects; a body that is not a ConversionReview raises
+    ``BadReview``."""
+    if not isinstance(body, dict) or body.get("kind") != "ConversionReview" \
+            or body.get("apiVersion") != "apiextensions.k8s.io/v1":
+        raise BadReview("expected a ConversionReview (apiextensions.k8s.io/v1)")
+    req = body.get("request")
+    if not isinstance(req, dict) or not req.get("uid") or not req.get("desiredAPIVersion"):
+        raise BadReview("the ConversionReview has no request with a uid and desiredAPIVersion")
+    desired = req["desiredAPIVersion"]
+    response: dict[str, Any] = {"uid": req["uid"]}
+    try:
+        response["convertedObjects"] = [_convert_one(obj, desired)
+                                        for obj in req.get("objects") or []]
+        response["result"] = {"status": "Success"}
+    except BadReview:
+        raise
+    except Exception as exc:
+        log.exception("conversion to %s failed", desired)
+        response["result"] = {"status": "Failure",
+                              "message": f"conversion to {desired} failed: "
+                                         f"{type(exc).__name__}: {exc}"}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "response": response}
+
+
+def _convert_one(obj: dict, desired: str) -> dict:
+    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    to_group, _, to_version = desired.rpartition("/")
+    cls = next((r for r in default_registry
+                if r._meta.group == group and r._meta.kind == obj.get("kind")), None)
+    if cls is None or to_group != group:
+        raise BadReview(f"no resource of kind {obj.get('kind')!r} in {group!r} is declared "
+                        f"here (converting to {desired})")
+    meta = cls._meta
+    hub = meta.storage_version
+    current = copy.deepcopy(obj)
+    if version != hub.name:
+        current = meta.version(version).to_hub(current)
+        current["apiVersion"] = f"{group}/{hub.name}"
+    if to_version != hub.name:
+        current = meta.version(to_version).from_hub(current)
+    current["apiVersion"] = desired
+    current["metadata"] = obj["metadata"]  # the api-server refuses changed metadata
+    return current
 
 
 # --- JSONPatch (RFC 6902) of one document into another -----------------------------------------

@@ -175,9 +175,45 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
     return out
 
 
-def register(api: kube.ApiClient, configs: Iterable[dict]) -> list[str]:
-    """Server-side apply each configuration; returns their names."""
+def conversion_patches(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
+                       url: str | None = None,
+                       service: tuple[str, str, int] | None = None) -> list[tuple[str, dict]]:
+    """``(crd name, merge patch)`` pointing each converting CRD's webhook at this server with
+    its CA bundle (the manifest names the Service from ``Meta.webhook_service``; ``url`` is for
+    a server outside the cluster, as in the local stack)."""
+    out = []
+    for cls in resources:
+        if admission.CONVERT not in admission.hooked(cls):
+            continue
+        config: dict = {"caBundle": _b64(ca_bundle)}
+        if url is not None:
+            config.update(url=f"{url.rstrip('/')}/convert", service=None)
+        elif service is not None:
+            config["service"] = {"namespace": service[0], "name": service[1],
+                                 "port": service[2], "path": "/convert"}
+        out.append((cls._meta.crd_name, {"spec": {"conversion": {
+            "strategy": "Webhook",
+            "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": config}}}}))
+    return out
+
+
+def register(api: kube.ApiClient, configs: Iterable[dict],
+             conversions: Iterable[tuple[str, dict]] = ()) -> list[str]:
+    """Server-side apply each configuration and point each converting CRD at the server (one
+    not installed yet is reported, not an error); returns what was done."""
     names = []
+    for crd, patch in conversions:
+        try:
+            kube.request(api, "PATCH", f"/apis/apiextensions.k8s.io/v1/"
+                                       f"customresourcedefinitions/{crd}", patch,
+                         content_type=kube.MERGE_PATCH)
+        except kube.ApiError as exc:
+            if not exc.gone:
+                raise
+            names.append(f"CustomResourceDefinition/{crd}: not installed - apply it "
+                         f"(applycrds), then register again")
+            continue
+        names.append(f"CustomResourceDefinition/{crd} (conversion)")
     for config in configs:
         plural = config["kind"].lower() + "s"
         name = config["metadata"]["name"]
@@ -212,10 +248,11 @@ def application(environ, start_response):
     path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
     if path == "/healthz" and method == "GET":
         return _answer(start_response, 200, {"status": "ok"})
-    hook = {"/validate": admission.VALIDATE, "/mutate": admission.MUTATE}.get(path)
+    hook = {"/validate": admission.VALIDATE, "/mutate": admission.MUTATE,
+            "/convert": admission.CONVERT}.get(path)
     if hook is None or method != "POST":
         return _answer(start_response, 404, {"error": f"no {method} {path} here; "
-                                                      "POST /validate or /mutate"})
+                                                      "POST /validate, /mutate or /convert"})
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -225,9 +262,12 @@ def application(environ, start_response):
                                                       f"(at most {MAX_BODY} bytes)"})
     try:
         body = json.loads(environ["wsgi.input"].read(length))
+        if hook == admission.CONVERT:
+            return _answer(start_response, 200, admission.convert(body))
         outcome = admission.review(body, hook)
     except (ValueError, admission.BadReview) as exc:  # JSONDecodeError is a ValueError
-        return _answer(start_response, 400, {"error": f"bad AdmissionReview: {exc}"})
+        what = "ConversionReview" if hook == admission.CONVERT else "AdmissionReview"
+        return _answer(start_response, 400, {"error": f"bad {what}: {exc}"})
     _record(outcome)
     return _answer(start_response, 200, outcome.response)
 

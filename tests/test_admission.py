@@ -133,3 +133,30 @@ def test_a_hook_that_crashes_denies_that_request_with_its_error(registered):
 def test_what_is_not_an_admission_review_is_refused_with_the_reason(registered, body, reason):
     with pytest.raises(admission.BadReview, match=reason):
         admission.review(body, admission.VALIDATE, api=object())
+
+
+def conversion(objects, desired):
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "c-1", "desiredAPIVersion": desired, "objects": objects}}
+
+
+def test_conversion_goes_through_the_hub_and_keeps_metadata():
+    from tests.operatorapp.resources import Gauge
+
+    group = Gauge._meta.group
+    old = {"apiVersion": f"{group}/v1alpha1", "kind": "Gauge",
+           "metadata": {"name": "g", "labels": {"a": "b"}}, "spec": {"replicas": 2}}
+    out = admission.convert(conversion([old], f"{group}/v1"))["response"]
+    assert out["result"] == {"status": "Success"} and out["uid"] == "c-1"
+    (new,) = out["convertedObjects"]
+    assert new == {"apiVersion": f"{group}/v1", "kind": "Gauge",
+                   "metadata": {"name": "g", "labels": {"a": "b"}}, "spec": {"scale": {"count": 2}}}
+    back = admission.convert(conversion([new], f"{group}/v1alpha1"))["response"]
+    assert back["convertedObjects"] == [old]
+    # A conversion function that fails fails the review with its reason.
+    broken = {**new, "spec": {"scale": "not an object"}}
+    failed = admission.convert(conversion([broken], f"{group}/v1alpha1"))["response"]
+    assert failed["result"]["status"] == "Failure"
+    assert "conversion to" in failed["result"]["message"]
+    with pytest.raises(admission.BadReview, match="no resource of kind"):
+        admission.convert(conversion([{**old, "kind": "Nope"}], f"{group}/v1"))

@@ -99,11 +99,23 @@ def crd(resource: type[Resource]) -> dict[str, Any]:
             "names": names,
             "scope": meta.scope,
             "versions": [_version(meta, v) for v in meta.versions],
-            # No webhook: between versions the api-server only rewrites apiVersion, so fields
-            # a version does not declare are pruned when read through it.
-            "conversion": {"strategy": "None"},
+            "conversion": _conversion(meta),
         },
     }
+
+
+def _conversion(meta) -> dict[str, Any]:
+    """Without conversion functions the api-server only rewrites apiVersion between versions
+    (fields a version does not declare are pruned when read through it); with them, the
+    webhook at ``Meta.webhook_service`` converts (``manage.py webhook register`` adds its CA
+    bundle, or points it at a URL)."""
+    if not meta.converts:
+        return {"strategy": "None"}
+    namespace, name, port = meta.webhook_service
+    return {"strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"namespace": namespace, "name": name, "port": port,
+                                     "path": "/convert"}}}}
 
 
 class _Dumper(yaml.SafeDumper):

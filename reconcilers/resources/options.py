@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -89,7 +89,12 @@ class Scale:
 @dataclass(frozen=True)
 class Version:
     """One served version of a kind. ``spec``, ``status`` and ``printer_columns`` default to
-    the resource's own; give them to a version whose schema differs."""
+    the resource's own; give them to a version whose schema differs.
+
+    Versions whose fields differ are converted hub-and-spoke (kubebuilder's scheme): the
+    storage version is the hub, every other version gives ``to_hub(obj) -> obj`` and
+    ``from_hub(obj) -> obj`` (plain dicts; ``apiVersion`` is set for you). Declaring them turns
+    the CRD's conversion to ``strategy: Webhook``, served by ``manage.py webhook serve``."""
 
     name: str
     served: bool = True
@@ -99,6 +104,8 @@ class Version:
     spec: Object | None = None
     status: Object | None = None
     printer_columns: Sequence[PrinterColumn] | None = None
+    to_hub: Callable[[dict], dict] | None = None
+    from_hub: Callable[[dict], dict] | None = None
 
 
 def resolve_path(version: Version, path: str) -> tuple[str, Field | None]:
@@ -143,6 +150,14 @@ class Options:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     registry: Registry | None = field(default=None, compare=False, repr=False)
+    # Where the api-server reaches the conversion webhook: namespace, Service, port.
+    webhook_service: tuple[str, str, int] = ("django-crd-operator",
+                                             "django-crd-operator-webhook", 443)
+
+    @property
+    def converts(self) -> bool:
+        """Whether versions differ enough to need the conversion webhook."""
+        return any(v.to_hub or v.from_hub for v in self.versions)
 
     @property
     def crd_name(self) -> str:
@@ -193,7 +208,13 @@ def build_options(resource: ResourceClass, meta: type | None,
         scale=opt("scale"), status_subresource=opt("status_subresource", True),
         description=_docstring(resource), labels=dict(opt("labels", {})),
         annotations=dict(opt("annotations", {})), registry=opt("registry", default_registry),
+        webhook_service=tuple(opt("webhook_service", ("django-crd-operator",
+                                                      "django-crd-operator-webhook", 443))),
     )
+    for v in versions:
+        if options.converts and not v.storage and not (v.to_hub and v.from_hub):
+            raise ImproperlyConfigured(f"{label}: version {v.name} needs both to_hub and "
+                                       f"from_hub (the storage version is the hub)")
     protected = any(group == g or group.endswith("." + g) for g in PROTECTED_GROUPS)
     if protected and APPROVAL_ANNOTATION not in options.annotations:
         raise ImproperlyConfigured(

@@ -173,3 +173,54 @@ def test_a_malformed_review_gets_a_clear_400_and_the_server_keeps_serving(webhoo
     assert webhooks.https("/healthz") == (200, {"status": "ok"})
     time.sleep(0.1)
     assert webhooks.proc.popen.poll() is None
+
+
+def test_a_gauge_written_in_either_version_reads_back_in_both(kube, namespace, webhooks):
+    """Conversion through the webhook: v1alpha1 (the hub) says spec.replicas, v1 renamed it
+    spec.scale.count; the api-server converts every read and write between them."""
+    from reconcilers.resources import apply_crds
+    from tests.operatorapp.resources import Gauge
+
+    group, plural = Gauge._meta.group, Gauge._meta.plural
+    api = client.CustomObjectsApi(kube)
+    apply_crds([Gauge], kube, timeout=60)
+    try:
+        webhooks.register()  # now the CRD exists: point its conversion at this server
+
+        def as_v1(name: str) -> dict:
+            return api.get_namespaced_custom_object(group, "v1", namespace, plural, name)
+
+        api.create_namespaced_custom_object(group, "v1alpha1", namespace, plural, {
+            "apiVersion": f"{group}/v1alpha1", "kind": "Gauge", "metadata": {"name": "old"},
+            "spec": {"replicas": 3}})
+
+        def converted() -> bool:
+            try:
+                return as_v1("old")["spec"] == {"scale": {"count": 3}}
+            except client.ApiException:
+                return False
+        wait_for(converted, 30, "a v1alpha1 object read as v1")
+
+        api.create_namespaced_custom_object(group, "v1", namespace, plural, {
+            "apiVersion": f"{group}/v1", "kind": "Gauge", "metadata": {"name": "new"},
+            "spec": {"scale": {"count": 5}}})
+        stored = api.get_namespaced_custom_object(group, "v1alpha1", namespace, plural, "new")
+        assert stored["spec"] == {"replicas": 5}
+        api.patch_namespaced_custom_object(group, "v1", namespace, plural, "new",
+                                           {"spec": {"scale": {"count": 7}}})
+        assert api.get_namespaced_custom_object(group, "v1alpha1", namespace, plural,
+                                                "new")["spec"] == {"replicas": 7}
+        listed = api.list_namespaced_custom_object(group, "v1", namespace, plural)["items"]
+        assert sorted((o["metadata"]["name"], o["spec"]["scale"]["count"]) for o in listed) == [
+            ("new", 7), ("old", 3)]
+    finally:
+        client.ApiextensionsV1Api(kube).delete_custom_resource_definition(
+            Gauge._meta.crd_name)
+        wait_for(lambda: Gauge._meta.crd_name not in {
+            c.metadata.name for c in client.ApiextensionsV1Api(kube)
+            .list_custom_resource_definition().items}, 60, "the test CRD to go")
+
+
+def test_a_malformed_conversion_review_gets_a_400(webhooks):
+    status, body = webhooks.https("/convert", json.dumps({"kind": "ConversionReview"}).encode())
+    assert status == 400 and "expected a ConversionReview" in body["error"]

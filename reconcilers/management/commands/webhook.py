@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -60,8 +61,8 @@ class Command(BaseCommand):
                   namespace_label: list[str], name: str, print: bool, **_) -> None:  # noqa: A002
         resources = webhooks.hooked_resources()
         if not resources:
-            raise CommandError("no resource declares validate() or default(): nothing to "
-                               "register")
+            raise CommandError("no resource declares validate(), default() or conversion "
+                               "functions: nothing to register")
         if not 1 <= timeout <= 30:
             raise CommandError("--timeout must be 1-30 seconds (the api-server's limit)")
         target = None
@@ -77,12 +78,17 @@ class Command(BaseCommand):
             resources, ca_bundle=ca.read_bytes(), url=url, service=target,
             failure_policy=failure_policy, timeout=timeout,
             namespace_selector={"matchLabels": labels} if labels else None, name=name)
+        conversions = webhooks.conversion_patches(resources, ca_bundle=ca.read_bytes(), url=url,
+                                                  service=target)
         if print:
             self.stdout.write(yaml.safe_dump_all(configs, sort_keys=False))
+            for crd, patch in conversions:
+                self.stdout.write(f"# kubectl patch crd {crd} --type merge -p '"
+                                  f"{json.dumps(patch)}'\n")
             return
         try:
-            for applied in webhooks.register(kube.api_client(), configs):
-                self.stdout.write(f"{applied}: applied")
+            for applied in webhooks.register(kube.api_client(), configs, conversions):
+                self.stdout.write(applied if ": " in applied else f"{applied}: applied")
         except kube.ApiError as exc:
             raise CommandError(f"registering the webhooks failed: {exc.message}") from exc
 
