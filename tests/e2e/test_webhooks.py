@@ -133,14 +133,16 @@ def test_a_second_foo_naming_the_same_deployment_is_denied_with_the_first_ones_n
         GROUP, VERSION, namespace, PLURAL)["items"]]
     assert names == ["first"]
 
-    # Every call is in the admin's record, with its verdict, message and latency.
+    # Every call is in the admin's record (written just after the answer), with its verdict,
+    # message and latency.
     denied = WebhookCall.objects.filter(resource=f"{PLURAL}.{GROUP}", namespace=namespace,
                                         allowed=False)
-    assert {(c.name, c.hook, c.dry_run) for c in denied} >= {("second", "validate", False),
-                                                            ("third", "validate", True)}
+    wait_for(lambda: {(c.name, c.hook, c.dry_run) for c in denied} >= {
+        ("second", "validate", False), ("third", "validate", True)}, 10, "the call records")
     assert all('already named by Foo "first"' in c.message and c.duration_ms > 0
                for c in denied)
-    assert WebhookCall.objects.filter(name="first", hook="mutate", allowed=True).exists()
+    wait_for(lambda: WebhookCall.objects.filter(name="first", hook="mutate",
+                                                allowed=True).exists(), 10, "the mutate record")
 
 
 def test_with_the_server_down_fail_refuses_and_ignore_lets_writes_through(kube, namespace,
