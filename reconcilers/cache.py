@@ -124,7 +124,8 @@ def reset_indexes(gvr: GVR, scope: str | None, names: Iterable[str],
                   pipe: redis.client.Pipeline) -> None:
     """Drop every index set of this scope (in ``pipe``) and record which indexes it keeps from
     now on: a watcher that starts with other index functions never serves stale sets."""
-    pattern = f"operator:idx:{gvr.id}:{scope or '*'}:*"
+    # "*" names the all-namespaces scope; in a SCAN pattern it must be matched literally.
+    pattern = f"operator:idx:{_glob_escape(gvr.id)}:{_glob_escape(scope or '*')}:*"
     stale = [k for k in get_redis().scan_iter(match=pattern, count=1000)]
     for start in range(0, len(stale), 1000):
         pipe.delete(*stale[start:start + 1000])
@@ -132,6 +133,10 @@ def reset_indexes(gvr: GVR, scope: str | None, names: Iterable[str],
     names = list(names)
     if names:
         pipe.sadd(_indexes_key(gvr, scope), *names)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def indexed(gvr: GVR, namespace: str | None, index: str, value: str) -> set[str] | None:

@@ -243,3 +243,19 @@ def test_two_reconcilers_caching_one_resource_differently_is_an_error_at_start()
     stop = threading.Event()
     with pytest.raises(ValueError, match="cache ConfigMap differently"):
         build_streams([A, B], Enqueuer(stop), stop)
+
+
+def test_an_all_namespaces_stream_rebuilds_only_its_own_index_sets(api, namespace, redis_client):
+    """Two watchers sharing Redis, one for every namespace and one for a single namespace:
+    the first one's relist must not drop the second one's index sets."""
+    from reconcilers import cache
+
+    _cm(api, namespace, "kept", "red")
+    Reflector(CONFIGMAPS, namespace, lambda *a: None, threading.Event(),
+              indexes={"color": COLOR}).list(api, initial=True)
+    assert cache.indexed(CONFIGMAPS, namespace, "color", "red") == {f"{namespace}/kept"}
+    pipe = cache.get_redis().pipeline(transaction=True)
+    cache.reset_indexes(CONFIGMAPS, None, {"color": COLOR}, pipe)  # the all-namespaces one
+    pipe.execute()
+    members = cache.get_redis().smembers(f"operator:idx:{CONFIGMAPS.id}:{namespace}:color:red")
+    assert members == {f"{namespace}/kept".encode()}
