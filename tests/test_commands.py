@@ -76,3 +76,9 @@ def test_ensureadmin_refuses_a_weak_password(monkeypatch):
     assert not get_user_model().objects.filter(username="boss").exists()
     monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-and-unusual-passphrase-42")
     assert "created admin user 'boss'" in run("ensureadmin")
+
+
+def test_the_projects_migrations_are_complete():
+    """makemigrations --check under this repository's settings (the package test does it
+    under a user's)."""
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)

@@ -272,6 +272,19 @@ def _converges(kube, namespace: str, python: Path, project: Path, env: dict) -> 
                        project, env)
         time.sleep(1)
     assert "('mine', 'success')" in history, history
+    # ... and in that project's own admin, as its staff would see it.
+    page = _run([python, "-c", textwrap.dedent("""
+        import django; django.setup()
+        from django.test.utils import setup_test_environment; setup_test_environment()
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+        staff = get_user_model().objects.create_superuser("boss", "b@example.com", "pw")
+        c = Client(); c.force_login(staff)
+        r = c.get("/admin/reconcilers/reconcilerecord/", {"q": "mine"})
+        print(r.status_code, b"foos.samplecontroller.k8s.io" in r.content,
+              b">mine<" in r.content or b"/mine" in r.content)
+    """)], project, env)
+    assert page.split() == ["200", "True", "True"], page
 
 
 def _admin_sql(stack, sql: str) -> None:
