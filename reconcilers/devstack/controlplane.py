@@ -87,32 +87,28 @@ def write_kubeconfig(cfg: StackConfig) -> None:
     cfg.kubeconfig.chmod(0o600)
 
 
-def _get(cfg: StackConfig, path: str) -> tuple[int, bytes]:
+def _call(cfg: StackConfig, method: str, path: str,
+          body: dict | None = None) -> tuple[int, bytes]:
+    """One request to the api-server as ``admin`` (standard library only)."""
     ctx = ssl.create_default_context(cafile=str(cfg.pki_dir / "ca.crt"))
     token = (cfg.pki_dir / "admin.token").read_text().strip()
     req = urllib.request.Request(
-        f"https://127.0.0.1:{cfg.apiserver_port}{path}",
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def _post(cfg: StackConfig, path: str, body: dict) -> tuple[int, bytes]:
-    ctx = ssl.create_default_context(cafile=str(cfg.pki_dir / "ca.crt"))
-    token = (cfg.pki_dir / "admin.token").read_text().strip()
-    req = urllib.request.Request(
-        f"https://127.0.0.1:{cfg.apiserver_port}{path}", data=json.dumps(body).encode(),
-        method="POST", headers={"Authorization": f"Bearer {token}",
-                                "Content-Type": "application/json"})
+        f"https://127.0.0.1:{cfg.apiserver_port}{path}", method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def _get(cfg: StackConfig, path: str) -> tuple[int, bytes]:
+    return _call(cfg, "GET", path)
+
+
+def _post(cfg: StackConfig, path: str, body: dict) -> tuple[int, bytes]:
+    return _call(cfg, "POST", path, body)
 
 
 def ready(cfg: StackConfig) -> bool:
