@@ -5,7 +5,9 @@
 N dry-run creates of a Foo (nothing is stored, every admission step runs) without webhooks,
 then N with the validating webhook (which LISTs the namespace's Foos) and the mutating webhook
 registered: p50/p99 of the client-observed time of each, the ratio, and the server's own time
-per call (from its WebhookCall records).
+per call (from its WebhookCall records). Then the same N with the same two webhooks written
+for kopf (bench/peers/kopf/webhooks.py, kopf's pinned venv), registered the same way with the
+same certificate: the peer's figure in the same run.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ def main() -> None:
         subprocess.run([*manage, "certs", "--dir", str(tmp), "--host", "127.0.0.1"], cwd=REPO,
                        check=True, capture_output=True)
 
-        def create(i: int) -> float:
+        def create(i: int, spec_replicas: bool = True):
             body = {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
                     "metadata": {"name": f"f{i}"}, "spec": {"deploymentName": f"d{i}"}}
             started = time.perf_counter()
-            objs.create_namespaced_custom_object("samplecontroller.k8s.io", "v1alpha1",
-                                                 namespace, "foos", body, dry_run="All")
-            return (time.perf_counter() - started) * 1000
+            got = objs.create_namespaced_custom_object("samplecontroller.k8s.io", "v1alpha1",
+                                                       namespace, "foos", body, dry_run="All")
+            return (time.perf_counter() - started) * 1000 if spec_replicas else got
 
         for i in range(20):
             create(i)  # warm connections and caches
@@ -83,6 +85,29 @@ def main() -> None:
             "server_validate_ms": _percentiles(server_ms["validate"]),
             "server_mutate_ms": _percentiles(server_ms["mutate"]),
         }
+        server.terminate()
+        server.wait(15)
+        server = _start_kopf(tmp, port := _free_port())
+        subprocess.run([*manage, "register", "--url", f"https://127.0.0.1:{port}", "--ca",
+                        str(tmp / "ca.crt"), "--name", namespace, "--namespace-label",
+                        f"bench={namespace}"], cwd=REPO, check=True, capture_output=True)
+        deadline = time.monotonic() + 60
+        while True:  # kopf answering, and the new configuration in the admission chain
+            try:
+                if create(0, spec_replicas=False)["spec"].get("replicas") == 1:
+                    break
+            except client.ApiException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("kopf's webhooks were never called:\n"
+                                   + (tmp / "kopf.log").read_text()[-3000:])
+            time.sleep(0.2)
+        for i in range(20):
+            create(i)
+        with_kopf = [create(i) for i in range(n)]
+        report["kopf_with_webhooks_ms"] = _percentiles(with_kopf)
+        report["ratio_p50_vs_kopf"] = round(statistics.median(with_hooks)
+                                            / statistics.median(with_kopf), 2)
         print(json.dumps(report, indent=2))
     finally:
         subprocess.run([*manage, "unregister", "--name", namespace], cwd=REPO,
@@ -91,6 +116,18 @@ def main() -> None:
             server.terminate()
             server.wait(15)
         core.delete_namespace(namespace)
+
+
+def _start_kopf(tmp: Path, port: int) -> subprocess.Popen:
+    from bench.impls.kopf_impl import ensure_venv
+
+    venv = ensure_venv()
+    return subprocess.Popen(
+        [str(venv / "bin" / "python"), "-m", "kopf", "run", "--standalone", "--all-namespaces",
+         "--quiet", str(REPO / "bench" / "peers" / "kopf" / "webhooks.py")],
+        env={**os.environ, "BENCH_WEBHOOK_PORT": str(port),
+             "BENCH_WEBHOOK_CERT": str(tmp / "tls.crt"), "BENCH_WEBHOOK_KEY": str(tmp / "tls.key")},
+        stdout=open(tmp / "kopf.log", "wb"), stderr=subprocess.STDOUT)
 
 
 def _percentiles(values: list[float]) -> dict:

@@ -1,8 +1,9 @@
 """``make demo`` (``python -m operator_project.demo``): this project on the local stack, in the foreground, until Ctrl-C.
 
 Runs migrations, makes an admin user (password kept in ``.local/admin-password`` and printed),
-then starts every role as a child process - web (the admin), Celery worker, Celery beat, and
-the watch workers once they exist - prefixing their output with the role's name. Ctrl-C (or
+then starts every role as a child process - web (the admin), Celery worker, Celery beat, the
+watch workers and the admission webhook server (self-managed: its own certificates, registered
+with ``failurePolicy: Ignore`` while it runs) - prefixing their output with the role's name. Ctrl-C (or
 SIGTERM) stops them all and waits for them.
 """
 
@@ -29,7 +30,8 @@ def _manage(*args: str) -> list[str]:
     return [sys.executable, str(REPO / "manage.py"), *args]
 
 
-def _role_commands(cfg: config.StackConfig, port: int) -> dict[str, list[str]]:
+def _role_commands(cfg: config.StackConfig, port: int,
+                   webhook_port: int) -> dict[str, list[str]]:
     commands = {
         "web": _manage("runserver", f"127.0.0.1:{port}", "--noreload"),
         "worker": [sys.executable, "-m", "celery", "-A", "operator_project", "worker",
@@ -40,6 +42,12 @@ def _role_commands(cfg: config.StackConfig, port: int) -> dict[str, list[str]]:
     }
     if (REPO / "reconcilers" / "management" / "commands" / "watch.py").exists():
         commands["watcher"] = _manage("watch")
+    # Ignore, not Fail: a demo killed before it could unregister leaves the stack's writes
+    # unchecked rather than refused.
+    commands["webhook"] = _manage(
+        "webhook", "serve", "--bind", "127.0.0.1", "--port", str(webhook_port),
+        "--certs-dir", str(cfg.state_dir / "webhook"), "--host", "127.0.0.1", "--register",
+        "--failure-policy", "Ignore")
     return commands
 
 
@@ -78,6 +86,7 @@ def main() -> int:
     cfg = config.load()
     load_env_file(cfg.env_file)
     port = int(os.environ.get("OPERATOR_DEMO_PORT", "8000"))
+    webhook_port = int(os.environ.get("OPERATOR_DEMO_WEBHOOK_PORT", "9443"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "operator_project.settings"}
     password = _admin_password(cfg)
 
@@ -91,7 +100,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
 
     children: dict[str, subprocess.Popen] = {}
-    for name, argv in _role_commands(cfg, port).items():
+    for name, argv in _role_commands(cfg, port, webhook_port).items():
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         children[name] = proc
@@ -110,6 +119,8 @@ def main() -> int:
         "              its Pods run on simulated nodes and status.availableReplicas follows)\n"
         "  Scale it:   kubectl patch foo example-foo --type merge -p '{\"spec\":{\"replicas\":3}}'\n"
         "              and the PodSet 'example-podset' (the talk's ReplicaSet): kubectl get podsets\n"
+        f"  Webhooks:   https://127.0.0.1:{webhook_port} - a Foo without replicas gets 1, a second\n"
+        "              Foo naming the same Deployment is refused (admin -> Webhook calls)\n"
         "  History:    python manage.py history foos.samplecontroller.k8s.io default/example-foo\n"
         "  Ctrl-C stops everything started here (make down stops the stack).\n",
         flush=True,

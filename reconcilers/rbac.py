@@ -72,6 +72,16 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
     return rules + list(extra)
 
 
+def webhook_rules(resources: Iterable) -> list[dict]:
+    """The admission server's rights: read the hooked kinds (``request.lister``), nothing
+    else - it answers the api-server and writes only to its own database."""
+    by_group: dict[str, list[str]] = {}
+    for resource in resources:
+        meta = resource._meta
+        by_group.setdefault(meta.group, []).append(meta.plural)
+    return [_rule([group], plurals, ["get", "list"]) for group, plurals in sorted(by_group.items())]
+
+
 def cluster_role(classes: Iterable[type[Reconciler]], name: str = "django-crd-operator") -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": name}, "rules": rules_for(classes)}

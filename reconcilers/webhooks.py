@@ -30,9 +30,10 @@ from typing import Callable, Iterable, Sequence
 
 from django.db import close_old_connections, connection
 
-from . import admission, kube
+from . import admission, kube, rbac
 from .models import WebhookCall
 from .resources import default_registry
+from .resources.crd import INJECT_CA_FROM
 from .resources.base import Resource
 
 log = logging.getLogger(__name__)
@@ -130,15 +131,20 @@ def hooked_resources() -> list[type[Resource]]:
     return [r for r in default_registry if admission.hooked(r)]
 
 
-def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
+def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | None,
                    url: str | None = None, service: tuple[str, str, int] | None = None,
                    failure_policy: str = "Fail", timeout: int = 5,
                    namespace_selector: dict | None = None,
-                   name: str = "django-crd-operator") -> list[dict]:
+                   name: str = "django-crd-operator",
+                   inject_ca_from: str | None = None) -> list[dict]:
     """The two webhook configurations (an empty one is left out). Reach the server at
-    ``url`` (``https://host:port``) or at a ``service`` ``(namespace, name, port)``."""
+    ``url`` (``https://host:port``) or at a ``service`` ``(namespace, name, port)``; trust
+    ``ca_bundle``, or leave it to cert-manager's CA injector (``inject_ca_from``: the serving
+    Certificate's ``namespace/name``)."""
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
+    if (ca_bundle is None) == (inject_ca_from is None):
+        raise ValueError("give exactly one of ca_bundle and inject_ca_from")
     out = []
     for hook, kind in ((admission.VALIDATE, "ValidatingWebhookConfiguration"),
                        (admission.MUTATE, "MutatingWebhookConfiguration")):
@@ -147,7 +153,7 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
             if hook not in admission.hooked(cls):
                 continue
             meta = cls._meta
-            client_config: dict = {"caBundle": _b64(ca_bundle)}
+            client_config: dict = {} if ca_bundle is None else {"caBundle": _b64(ca_bundle)}
             if url is not None:
                 client_config["url"] = f"{url.rstrip('/')}/{hook}"
             else:
@@ -172,9 +178,33 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
                 webhook["reinvocationPolicy"] = "IfNeeded"
             webhooks.append(webhook)
         if webhooks:
+            metadata: dict = {"name": f"{name}-{hook}"}
+            if inject_ca_from:
+                metadata["annotations"] = {INJECT_CA_FROM: inject_ca_from}
             out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-                        "metadata": {"name": f"{name}-{hook}"}, "webhooks": webhooks})
+                        "metadata": metadata, "webhooks": webhooks})
     return out
+
+
+def cluster_manifests(resources: Sequence[type[Resource]], *, namespace: str, service: str,
+                      port: int = 443, failure_policy: str = "Fail", timeout: int = 5,
+                      name: str = "django-crd-operator") -> list[dict]:
+    """What ``deploy/webhook/`` applies besides the server itself: the server's
+    ServiceAccount with read-only rights on the hooked resources (a ``validate`` may look up
+    others of its kind, nothing more), and the configurations pointing at its Service with
+    their CA injected by cert-manager from the Certificate named like the Service."""
+    account = f"{name}-webhook"
+    rules = rbac.webhook_rules(resources)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": account, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": account}, "rules": rules},
+        rbac.cluster_role_binding(account, account, namespace),
+        *configurations(resources, ca_bundle=None, service=(namespace, service, port),
+                        failure_policy=failure_policy, timeout=timeout, name=name,
+                        inject_ca_from=f"{namespace}/{service}"),
+    ]
 
 
 def conversion_patches(resources: Iterable[type[Resource]], *, ca_bundle: bytes,

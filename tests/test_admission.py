@@ -160,3 +160,20 @@ def test_conversion_goes_through_the_hub_and_keeps_metadata():
     assert "conversion to" in failed["result"]["message"]
     with pytest.raises(admission.BadReview, match="no resource of kind"):
         admission.convert(conversion([{**old, "kind": "Nope"}], f"{group}/v1"))
+
+
+def test_a_converting_crd_calls_the_webhook_service_and_asks_cert_manager_for_its_ca():
+    """deploy/webhook-cert-manager's CA injector fills the conversion caBundle from the
+    Certificate named like the Service; a CRD that converts nothing has neither."""
+    from reconcilers.contrib.samplecontroller.resources import Foo
+    from reconcilers.resources.crd import crd
+    from tests.operatorapp.resources import Gauge
+
+    manifest = crd(Gauge)
+    assert manifest["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "namespace": "django-crd-operator", "name": "django-crd-operator-webhook",
+        "port": 443, "path": "/convert"}
+    assert manifest["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "django-crd-operator/django-crd-operator-webhook"}
+    assert crd(Foo)["spec"]["conversion"] == {"strategy": "None"}
+    assert "cert-manager.io/inject-ca-from" not in crd(Foo)["metadata"]["annotations"]

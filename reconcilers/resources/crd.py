@@ -76,6 +76,9 @@ def _version(meta: Options, version: Version) -> dict[str, Any]:
     return out
 
 
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+
+
 def crd(resource: type[Resource]) -> dict[str, Any]:
     """The ``apiextensions.k8s.io/v1`` CustomResourceDefinition declaring ``resource``."""
     meta = resource._meta
@@ -88,8 +91,14 @@ def crd(resource: type[Resource]) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": meta.crd_name}
     if meta.labels:
         metadata["labels"] = dict(meta.labels)
-    if meta.annotations:
-        metadata["annotations"] = dict(meta.annotations)
+    annotations = dict(meta.annotations)
+    if meta.converts:
+        # cert-manager's CA injector fills the conversion caBundle from the serving
+        # Certificate (deploy/webhook/); without cert-manager `webhook register` does.
+        namespace, service, _ = meta.webhook_service
+        annotations.setdefault(INJECT_CA_FROM, f"{namespace}/{service}")
+    if annotations:
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -180,7 +180,7 @@ def compose(request, project_image, stack, namespace, tmp_path):
     admin_password = secrets.token_urlsafe(16)
     redis_password = secrets.token_urlsafe(16)
     ports = {"WEB_PORT": _free_port(), "POSTGRES_HOST_PORT": _free_port(),
-             "REDIS_HOST_PORT": _free_port()}
+             "REDIS_HOST_PORT": _free_port(), "WEBHOOK_PORT": _free_port()}
     env_file = env_file_from_example(tmp_path / "compose.env", {
         "SECRET_KEY": secrets.token_urlsafe(50),
         "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
@@ -194,6 +194,10 @@ def compose(request, project_image, stack, namespace, tmp_path):
         "RECONCILERS_NAMESPACES": namespace,
         "RECONCILERS_LEASE_NAMESPACE": namespace,
         "HEALTHCHECK_INTERVAL": "5s",
+        # The webhook server too, judging only this test's namespace (labelled by the test).
+        "COMPOSE_PROFILES": "webhook",
+        "WEBHOOK_HOST": "127.0.0.1",
+        "WEBHOOK_NAMESPACE_LABEL": f"webhook-test={namespace}",
         **{k: str(v) for k, v in ports.items()},
     })
     project = Compose(f"dco-e2e-{secrets.token_hex(3)}", env_file,
@@ -239,6 +243,10 @@ def _ping_workers(redis_url: str) -> set[str]:
 
 
 def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, namespace):
+    from kubernetes import client
+
+    client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {
+        "webhook-test": namespace}}})
     started = time.monotonic()
     compose("up", "-d", "--no-build", timeout=600)
     compose.timed("compose up -d", started)
@@ -311,8 +319,6 @@ def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, 
     assert int(_run(["docker", "inspect", "-f", "{{.RestartCount}}", beat], 30).stdout) == 0
 
     # The sample operator, end to end inside the containers.
-    from kubernetes import client
-
     foos = client.CustomObjectsApi(kube)
     apps = client.AppsV1Api(kube)
     foos.create_namespaced_custom_object("samplecontroller.k8s.io", "v1alpha1", namespace, "foos", {
@@ -366,6 +372,27 @@ def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, 
     _run(["docker", "kill", "--signal", "KILL", victim], 60)
     _wait("the Deployment never converged after a worker was killed",
           lambda: deployment_replicas() == 3, timeout=180, diagnose=compose.diagnose)
+
+    # The webhook server (COMPOSE_PROFILES=webhook) registered itself: a Foo without replicas
+    # gets 1, a second Foo naming the same Deployment is refused; stopped, it unregisters.
+    def create(name: str, deployment: str) -> dict:
+        return foos.create_namespaced_custom_object(
+            "samplecontroller.k8s.io", "v1alpha1", namespace, "foos",
+            {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+             "metadata": {"name": name}, "spec": {"deploymentName": deployment}}, dry_run="All")
+
+    _wait("the webhook server never became healthy", lambda: compose.healthy("webhook"),
+          timeout=300, diagnose=compose.diagnose)
+    _wait("the mutating webhook never answered",
+          lambda: create("defaulted", "defaulted")["spec"].get("replicas") == 1, timeout=60,
+          diagnose=compose.diagnose)
+    with pytest.raises(client.ApiException) as denied:
+        create("rival", "compose-foo")
+    assert 'already named by Foo "compose-foo"' in json.loads(denied.value.body)["message"]
+    compose("stop", "webhook", timeout=120)
+    assert "django-crd-operator-validate" not in {
+        c.metadata.name for c in
+        client.AdmissionregistrationV1Api(kube).list_validating_webhook_configuration().items}
 
 
 def test_the_image_carries_no_test_tools_and_no_kubeconfig(project_image):

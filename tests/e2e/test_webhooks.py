@@ -226,3 +226,43 @@ def test_a_gauge_written_in_either_version_reads_back_in_both(kube, namespace, w
 def test_a_malformed_conversion_review_gets_a_400(webhooks):
     status, body = webhooks.https("/convert", json.dumps({"kind": "ConversionReview"}).encode())
     assert status == 400 and "expected a ConversionReview" in body["error"]
+
+
+def test_serve_register_makes_its_certificates_registers_and_unregisters_on_stop(
+        kube, namespace, start_process, tmp_path):
+    """The self-managed mode of the local stack and compose: one command makes the CA and
+    serving pair, registers at https://HOST:PORT, serves, and removes its configurations when
+    stopped, so a stopped server never leaves Foo writes refused."""
+    crds.apply_manifest(kube, FOO_CRD)
+    client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {
+        "webhook-test": namespace}}})
+    port, name = _free_port(), f"self-{namespace}"
+    proc = start_process("webhook", [
+        sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
+        "--port", str(port), "--certs-dir", str(tmp_path / "certs"), "--host", "127.0.0.1",
+        "--register", "--name", name, "--namespace-label", f"webhook-test={namespace}"])
+    _until_registered(kube, namespace)
+    assert (tmp_path / "certs" / "ca.crt").exists()
+    admission_api = client.AdmissionregistrationV1Api(kube)
+    validating = admission_api.read_validating_webhook_configuration(f"{name}-validate")
+    assert validating.webhooks[0].client_config.url == f"https://127.0.0.1:{port}/validate"
+    _create(kube, namespace, foo("first", "shared"))
+    with pytest.raises(client.ApiException) as err:
+        _create(kube, namespace, foo("second", "shared"))
+    assert 'already named by Foo "first"' in json.loads(err.value.body)["message"]
+
+    proc.stop()
+    assert proc.popen.returncode == 0, proc.log()
+    for read in (admission_api.read_validating_webhook_configuration,
+                 admission_api.read_mutating_webhook_configuration):
+        with pytest.raises(client.ApiException) as gone:
+            read(f"{name}-{'validate' if 'validating' in read.__name__ else 'mutate'}")
+        assert gone.value.status == 404
+
+    def unhooked() -> bool:  # the api-server's admission chain drops them within a moment
+        try:
+            return "replicas" not in _create(kube, namespace, foo("after", "after"),
+                                             dry_run=True)["spec"]
+        except client.ApiException:
+            return False
+    wait_for(unhooked, 30, "writes to go through unhooked")

@@ -4,13 +4,20 @@
     manage.py webhook register --url https://127.0.0.1:9443 --ca .local/webhook/ca.crt
     manage.py webhook serve --port 9443 --cert .local/webhook/tls.crt --key .local/webhook/tls.key
 
-``register --print`` writes the configurations as YAML instead of applying them (for
-``deploy/``: ``--service NAMESPACE/NAME:PORT`` points them at a Service).
+    manage.py webhook serve --certs-dir .local/webhook --host 127.0.0.1 --register
+
+``serve --register`` is the self-managed mode (local stack, compose): it makes the certificates
+for ``--host`` when none are given, registers the configurations at ``https://HOST:PORT``
+before it serves and deletes them when it stops. ``register --print`` writes the
+configurations as YAML instead of applying them; ``manifests`` writes ``deploy/webhook/``'s
+generated part (ServiceAccount, read-only ClusterRole, configurations for cert-manager).
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from pathlib import Path
 
 import yaml
@@ -35,19 +42,36 @@ class Command(BaseCommand):
         where.add_argument("--url", help="https://host:port of the webhook server")
         where.add_argument("--service", help="NAMESPACE/NAME:PORT of its Service")
         reg.add_argument("--ca", type=Path, required=True, help="the CA bundle (PEM)")
-        reg.add_argument("--failure-policy", choices=["Fail", "Ignore"], default="Fail")
-        reg.add_argument("--timeout", type=int, default=5, help="seconds (1-30)")
-        reg.add_argument("--namespace-label", action="append", default=[],
-                         help="only namespaces with this label (key=value), repeatable")
-        reg.add_argument("--name", default="django-crd-operator")
+        self._registration_options(reg)
         reg.add_argument("--print", action="store_true", help="print YAML, apply nothing")
         unreg = sub.add_parser("unregister", help="delete the webhook configurations")
         unreg.add_argument("--name", default="django-crd-operator")
-        serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
+        manifests = sub.add_parser("manifests", help="print deploy/webhook/'s generated YAML")
+        manifests.add_argument("--namespace", default="django-crd-operator")
+        manifests.add_argument("--service-name", default="django-crd-operator-webhook")
+        manifests.add_argument("--service-port", type=int, default=443)
+        self._registration_options(manifests, selectors=False)
+        serve = sub.add_parser("serve", help="serve /validate, /mutate and /convert over HTTPS")
         serve.add_argument("--bind", default="0.0.0.0")
         serve.add_argument("--port", type=int, default=9443)
-        serve.add_argument("--cert", type=Path, required=True)
-        serve.add_argument("--key", type=Path, required=True)
+        serve.add_argument("--cert", type=Path, help="serving certificate (PEM)")
+        serve.add_argument("--key", type=Path, help="its private key (PEM)")
+        serve.add_argument("--certs-dir", type=Path,
+                           help="without --cert/--key: make (or keep) a CA and pair here")
+        serve.add_argument("--host", action="append", default=[],
+                           help="the IP or DNS name the api-server reaches this server at")
+        serve.add_argument("--register", action="store_true",
+                           help="register at https://HOST:PORT while serving, delete on exit")
+        self._registration_options(serve)
+
+    @staticmethod
+    def _registration_options(parser, selectors: bool = True) -> None:
+        parser.add_argument("--failure-policy", choices=["Fail", "Ignore"], default="Fail")
+        parser.add_argument("--timeout", type=int, default=5, help="seconds (1-30)")
+        if selectors:
+            parser.add_argument("--namespace-label", action="append", default=[],
+                                help="only namespaces with this label (key=value), repeatable")
+        parser.add_argument("--name", default="django-crd-operator")
 
     def handle(self, *args, action: str, **options) -> None:
         autodiscover()
@@ -57,14 +81,27 @@ class Command(BaseCommand):
         made = webhooks.ensure_certificates(dir, host)
         self.stdout.write(f"CA {made.ca}\ncertificate {made.cert}\nkey {made.key}")
 
-    def _register(self, url, service, ca: Path, failure_policy: str, timeout: int,
-                  namespace_label: list[str], name: str, print: bool, **_) -> None:  # noqa: A002
+    @staticmethod
+    def _hooked(timeout: int) -> list:
         resources = webhooks.hooked_resources()
         if not resources:
             raise CommandError("no resource declares validate(), default() or conversion "
                                "functions: nothing to register")
         if not 1 <= timeout <= 30:
             raise CommandError("--timeout must be 1-30 seconds (the api-server's limit)")
+        return resources
+
+    def _manifests(self, namespace: str, service_name: str, service_port: int,
+                   failure_policy: str, timeout: int, name: str, **_) -> None:
+        docs = webhooks.cluster_manifests(
+            self._hooked(timeout), namespace=namespace, service=service_name,
+            port=service_port, failure_policy=failure_policy, timeout=timeout, name=name)
+        self.stdout.write("# generated: python manage.py webhook manifests - do not edit\n"
+                          + yaml.safe_dump_all(docs, sort_keys=False), ending="")
+
+    def _register(self, url, service, ca: Path, failure_policy: str, timeout: int,
+                  namespace_label: list[str], name: str, print: bool, **_) -> None:  # noqa: A002
+        resources = self._hooked(timeout)
         target = None
         if service:
             try:
@@ -96,10 +133,35 @@ class Command(BaseCommand):
         webhooks.unregister(kube.api_client(), name)
         self.stdout.write(f"{name}: webhook configurations deleted")
 
-    def _serve(self, bind: str, port: int, cert: Path, key: Path, **_) -> None:
+    def _serve(self, bind: str, port: int, cert: Path | None, key: Path | None,
+               certs_dir: Path | None, host: list[str], register: bool, name: str,
+               **options) -> None:
+        ca = None
+        if cert is None or key is None:
+            if certs_dir is None or not host:
+                raise CommandError("give --cert and --key, or --certs-dir and --host")
+            made = webhooks.ensure_certificates(certs_dir, host)
+            cert, key, ca = made.cert, made.key, made.ca
         for path in (cert, key):
             if not path.exists():
                 raise CommandError(f"{path} does not exist (manage.py webhook certs makes one)")
+        if register and (ca is None or not host):
+            raise CommandError("--register needs --certs-dir and --host (the CA it registers "
+                               "and the address the api-server calls)")
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        if register:
+            self._register(url=f"https://{_url_host(host[0])}:{port}", service=None, ca=ca,
+                           name=name, print=False, **options)
         self.stdout.write(f"admission webhooks on https://{bind}:{port} "
                           f"({len(webhooks.hooked_resources())} resource(s))")
-        webhooks.serve(bind, port, cert, key)
+        try:
+            webhooks.serve(bind, port, cert, key, stop=stop)
+        finally:
+            if register:
+                self._unregister(name)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
