@@ -110,8 +110,9 @@ class Runner:
             impl.prepare()
             self.log(f"prepared {impl.name} ({time.monotonic() - t:.1f}s)")
 
-    def operators(self) -> list[Impl]:
-        return [i for i in self.impls if not getattr(i, "is_ceiling", False)]
+    def operators(self, scenario: str) -> list[Impl]:
+        return [i for i in self.impls if not getattr(i, "is_ceiling", False)
+                and (i.only is None or scenario in i.only)]
 
     def _attempt(self, scenario: str, impl: Impl, fn, *args) -> dict:
         t = time.monotonic()
@@ -143,10 +144,11 @@ class Runner:
             runs: list[dict] = []
             for rep in range(p.reps):
                 if scenario == "converge":
-                    for impl in rotated(self.impls, rep):
+                    for impl in rotated([i for i in self.impls
+                                         if i.only is None or scenario in i.only], rep):
                         runs.append(self._attempt(scenario, impl, converge.run, self.h, impl, p.n, rep))
                     continue
-                for impl in rotated(self.operators(), rep):
+                for impl in rotated(self.operators(scenario), rep):
                     if scenario == "latency":
                         runs.append(self._attempt(scenario, impl, latency.run, self.h, impl,
                                                   p.rates, p.window, rep))

@@ -63,6 +63,13 @@ def check_reconcilers(app_configs, **kwargs):
             errors.append(Error(
                 f"{cls.__qualname__}.capability_level must be 1-5 (the Operator SDK levels)",
                 obj=cls, id="reconcilers.E010"))
+        debounce = cls.debounce
+        if (not isinstance(debounce, (int, float)) or isinstance(debounce, bool)
+                or not 0 <= debounce <= settings().max_countdown):
+            errors.append(Error(
+                f"{cls.__qualname__}.debounce={debounce!r} must be a number of seconds from 0 "
+                f"to RECONCILERS_MAX_COUNTDOWN ({settings().max_countdown:g})",
+                obj=cls, id="reconcilers.E012"))
         if cls.rate_limit is not None:
             import re
 

@@ -174,15 +174,17 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
                  held_until=started + lease_seconds - 1.0)
 
 
-def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch | None:
+def finish(claim_: Claim, decision: Decision, max_countdown: float,
+           debounce: float = 0.0) -> Dispatch | None:
     """running -> idle | backoff | queued. Returns the message to send, if any.
 
     Raises ``LeaseLost`` when the run no longer holds its key (its lease expired and the reaper
     gave the key to another run): such a run is not a finished run, and its caller rolls back
     the history it was about to write - the reaper already recorded it as lost.
 
-    Dirty wins over everything: an event arrived during the run, so the key runs again now.
-    A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
+    Dirty wins over everything: an event arrived during the run, so the key runs again - now,
+    or after ``debounce`` seconds: it stays queued (events meanwhile are merged into it, as for
+    any queued key) and its message carries that countdown. A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
     ledger (``dispatched_at`` NULL) until the due sweep sends it.
     """
     with connection.cursor() as cursor:
@@ -195,7 +197,9 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch 
                 token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
                              ELSE token END,
                 attempts = %(attempts)s,
-                due_at = CASE WHEN NOT dirty AND %(delay)s::float8 IS NOT NULL
+                due_at = CASE WHEN dirty AND %(debounce)s::float8 > 0
+                              THEN now() + make_interval(secs => %(debounce)s::float8)
+                              WHEN NOT dirty AND %(delay)s::float8 IS NOT NULL
                               THEN now() + make_interval(secs => %(delay)s::float8) END,
                 enqueued_at = CASE WHEN dirty THEN now() ELSE enqueued_at END,
                 dispatched_at = CASE
@@ -216,7 +220,7 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch 
             {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
              "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
              "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
-             "token": claim_.token},
+             "token": claim_.token, "debounce": debounce},
         )
         row = cursor.fetchone()
     if row is None:
@@ -224,7 +228,7 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float) -> Dispatch 
                         "re-queued the key")
     state, token, dispatched = row
     if state == State.QUEUED:
-        return Dispatch(claim_.key, token)
+        return Dispatch(claim_.key, token, countdown=debounce or None)
     if state == State.BACKOFF and dispatched:
         return Dispatch(claim_.key, token, countdown=decision.delay)
     return None

@@ -194,7 +194,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
                              obj=seen.obj, final=seen.final, events=seen.events,
                              phase=seen.phase, capabilities=capabilities)
     t1 = time.perf_counter()
-    record_id, follow_up = _finish(claim, decision, facts)
+    record_id, follow_up = _finish(claim, decision, facts, cls.debounce if cls else 0.0)
     if record_id is not None:  # a run whose record rolled back (lease lost) is not counted
         metrics.history_write_seconds.observe(time.perf_counter() - t1)
         metrics.observe_run(key.reconciler, decision.outcome, duration,
@@ -207,14 +207,14 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
                      record_id=record_id, follow_up=follow_up)
 
 
-def _finish(claim: Claim, decision: Decision,
-            facts: history.RunFacts) -> tuple[int | None, Dispatch | None]:
+def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
+            debounce: float = 0.0) -> tuple[int | None, Dispatch | None]:
     """History and work queue in one transaction: a recorded run is always a finished run."""
     for attempt in range(3):
         try:
             with transaction.atomic():
                 record = history.record_run(claim, decision, facts)
-                follow_up = workqueue.done(claim, decision)
+                follow_up = workqueue.done(claim, decision, debounce)
             return record.pk, follow_up
         except LeaseLost as exc:
             # Outlived its lease (a stopped process, a deadline ignored): another run has the

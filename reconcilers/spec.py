@@ -37,6 +37,10 @@ class Reconciler:
         rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
         queue: Celery queue of this reconciler's task (default ``celery``).
         backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
+        debounce: seconds to gather changes before a re-run (default 0: at once). The first
+            change of a quiet object runs at once; changes that arrive while it runs (or waits)
+            are merged into one run this long after it ends - a burst of updates costs a few
+            runs, the last one on the final generation, for that much added latency.
         timeout: the run deadline in seconds (default ``RECONCILERS_LEASE_SECONDS``): past it
             user code is interrupted and the run recorded as an error with backoff; a run that
             ignores the interruption has its worker process ended. Runs never overlap.
@@ -61,6 +65,7 @@ class Reconciler:
     backoff_base: ClassVar[float | None] = None
     backoff_max: ClassVar[float | None] = None
     timeout: ClassVar[float | None] = None
+    debounce: ClassVar[float] = 0.0
     capability_level: ClassVar[int] = 1
     rbac_rules: ClassVar[Sequence[dict]] = ()
 

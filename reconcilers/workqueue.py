@@ -102,12 +102,13 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     return ledger.claim(key, token, worker, lease_seconds)
 
 
-def done(claim_: Claim, decision: Decision) -> Dispatch | None:
+def done(claim_: Claim, decision: Decision, debounce: float = 0.0) -> Dispatch | None:
     """End a run as ``decision`` says; its follow-up message (if any) is sent on commit.
 
     Call it in the transaction that records the run, so a recorded run is a finished run.
+    ``debounce``: a re-run for changes seen during this run waits that long, gathering more.
     """
-    follow_up = ledger.finish(claim_, decision, settings().max_countdown)
+    follow_up = ledger.finish(claim_, decision, settings().max_countdown, debounce)
     if follow_up is not None:
         _send_on_commit([follow_up])
     return follow_up

@@ -25,3 +25,27 @@ def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settin
     del settings.REDIS_URL
     monkeypatch.setattr(checks, "_database_engine", lambda: "django.db.backends.sqlite3")
     assert [e.id for e in check_services(None)] == ["reconcilers.E003", "reconcilers.E004"]
+
+
+def test_a_debounce_that_is_not_a_usable_delay_is_an_error(monkeypatch):
+    from reconcilers import checks
+    from reconcilers.checks import check_reconcilers
+    from reconcilers.spec import Reconciler
+
+    class Gathering(Reconciler):
+        group, version, kind = "example.com", "v1", "Thing"
+        debounce = 0.5
+
+    class Negative(Gathering):
+        kind = "Other"
+        debounce = -1
+
+    class Text(Gathering):
+        kind = "Third"
+        debounce = "1s"
+
+    monkeypatch.setattr(checks, "registry", [Gathering, Negative, Text])
+    errors = check_reconcilers(None)
+    assert [(e.id, e.obj) for e in errors] == [("reconcilers.E012", Negative),
+                                               ("reconcilers.E012", Text)]
+    assert "from 0 to RECONCILERS_MAX_COUNTDOWN" in errors[0].msg

@@ -87,6 +87,25 @@ def test_add_while_processing_reruns_once_after_done():
     assert item(key("a")).state == "idle"
 
 
+def test_a_debounced_rerun_waits_and_gathers_every_change_meanwhile():
+    """Reconciler.debounce: changes during a run are merged into one re-run, sent with a
+    countdown; changes during the wait add no message (the key is queued)."""
+    (d,) = ledger.enqueue([key("a")], "added")
+    claim = ledger.claim(key("a"), d.token, "w", LEASE)
+    ledger.enqueue([key("a")], "modified")
+    follow = ledger.finish(claim, Decision("success", 0), 300, debounce=0.5)
+    assert follow is not None and follow.countdown == 0.5
+    row = item(key("a"))
+    assert row.state == "queued" and row.due_at is not None
+    assert [ledger.enqueue([key("a")], t) for t in ("modified", "resync")] == [[], []]
+    second = ledger.claim(key("a"), follow.token, "w", LEASE)
+    assert second.triggers == ["modified", "resync"]
+    assert ledger.finish(second, Decision("success", 0), 300, debounce=0.5) is None
+    assert item(key("a")).state == "idle"
+    # A quiet key's first change is not delayed: debounce only spaces re-runs.
+    assert ledger.enqueue([key("a")], "modified")[0].countdown is None
+
+
 def test_failures_back_off_exponentially_and_success_forgets():
     backoff = Backoff(0.005, 1000)
     assert [backoff.delay(n) for n in range(1, 6)] == [0.005, 0.01, 0.02, 0.04, 0.08]

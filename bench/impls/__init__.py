@@ -1,6 +1,7 @@
 """The implementations the harness can run, by name.
 
-``this-project``, ``kopf``, ``cr-default`` (controller-runtime as shipped), ``cr-qps1000``
+``this-project``, ``this-project-debounce`` (the same with ``Reconciler.debounce = 0.5``, in
+the burst scenario only), ``kopf``, ``cr-default`` (controller-runtime as shipped), ``cr-qps1000``
 (client rate limit raised to QPS 1000 / burst 2000) and ``ceiling-c<N>`` (no operator: plain
 client writes from N goroutines).
 """
@@ -14,7 +15,7 @@ from .controller_runtime import ControllerRuntime
 from .kopf_impl import Kopf
 from .this_project import ThisProject
 
-DEFAULT = ["this-project", "kopf", "cr-default", "cr-qps1000", "ceiling-c1", "ceiling-c4",
+DEFAULT = ["this-project", "this-project-debounce", "kopf", "cr-default", "cr-qps1000", "ceiling-c1", "ceiling-c4",
            "ceiling-c16"]
 
 
@@ -23,6 +24,9 @@ def build(cfg: BenchConfig, names: list[str], workers: int = 1, concurrency: int
     for name in names:
         if name == "this-project":
             out.append(ThisProject(cfg, workers=workers, concurrency=concurrency))
+        elif name == "this-project-debounce":
+            out.append(ThisProject(cfg, name=name, workers=workers, concurrency=concurrency,
+                                   debounce=0.5, only=("burst",)))
         elif name == "kopf":
             out.append(Kopf(cfg))
         elif name == "cr-default":

@@ -79,6 +79,9 @@ class Impl:
     name: str = "impl"
     procs: list[Proc] = field(default_factory=list)
     log_dir: Path | None = None
+    # The scenarios this implementation takes part in (None: all): a variant that only
+    # changes one behaviour is measured only where that behaviour shows.
+    only: tuple[str, ...] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 

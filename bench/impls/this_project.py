@@ -61,9 +61,11 @@ class ThisProject(Impl):
     workers: int = 1
     concurrency: int = 4
     beat: bool = True
+    debounce: float = 0.0  # Reconciler.debounce of the BenchItem reconciler (opt-in)
 
     def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
-        return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg)}
+        return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg),
+                "BENCH_DEBOUNCE": str(self.debounce)}
 
     def prepare(self) -> None:
         ensure_database(self.cfg.database_url)
@@ -138,6 +140,7 @@ class ThisProject(Impl):
                                  "(Lease 'bench-<database>'), LIST page 500, enqueue "
                                  "batch 1000, lease 60 s, reaper every 10 s",
                 "database": "its own (operator_bench), CONN_MAX_AGE 60",
+                "Reconciler.debounce": self.debounce,
                 "redis": "its own db number (cache + broker)",
             },
         }
