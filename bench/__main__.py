@@ -39,8 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--impls", default=",".join(DEFAULT))
     parser.add_argument("--workers", type=int, default=1, help="this project: worker processes")
-    parser.add_argument("--concurrency", type=int, default=4,
-                        help="this project: prefork children per worker")
+    parser.add_argument("--pool", choices=["threads", "prefork"], default="threads",
+                        help="this project: the workers' pool (threads: the default layout)")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="this project: threads (or prefork children) per worker")
+    parser.add_argument("--beat", action="store_true",
+                        help="this project: a separate celery beat instead of the watcher "
+                             "sending the periodic tasks (the large-install layout)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--out", default=str(config.BENCH / "results"),
                         help="where the result files go (experiments: somewhere scratch)")
@@ -48,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kw = {"scenarios": [s for s in args.scenarios.split(",") if s],
           "impls": [i for i in args.impls.split(",") if i],
-          "workers": args.workers, "concurrency": args.concurrency}
+          "workers": args.workers, "concurrency": args.concurrency, "pool": args.pool,
+          "beat": args.beat}
     unknown = set(kw["scenarios"]) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; known: {SCENARIOS}")

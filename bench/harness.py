@@ -41,7 +41,9 @@ class Plan:
     scenarios: list[str] = field(default_factory=lambda: list(SCENARIOS))
     impls: list[str] = field(default_factory=lambda: list(DEFAULT))
     workers: int = 1
-    concurrency: int = 4
+    concurrency: int = 8
+    pool: str = "threads"
+    beat: bool = False
 
     @classmethod
     def quick(cls, **kw) -> "Plan":
@@ -72,7 +74,8 @@ class Runner:
         self.log = log or (lambda *a: print(*a, flush=True))
         self.kube = Kube.from_config(self.cfg)
         self.h = Harness(self.cfg, self.kube, quick=plan.mode == "quick")
-        self.impls: list[Impl] = build(self.cfg, plan.impls, plan.workers, plan.concurrency)
+        self.impls: list[Impl] = build(self.cfg, plan.impls, plan.workers, plan.concurrency,
+                                        plan.pool, plan.beat)
 
     def prepare(self) -> None:
         import fcntl

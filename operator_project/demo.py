@@ -1,8 +1,8 @@
 """``make demo`` (``python -m operator_project.demo``): this project on the local stack, in the foreground, until Ctrl-C.
 
 Runs migrations, makes an admin user (password kept in ``.local/admin-password`` and printed),
-then starts every role as a child process - web (the admin), Celery worker, Celery beat, the
-watch workers and the admission webhook server (self-managed: its own certificates, registered
+then starts every role as a child process - web (the admin), a Celery worker (thread pool),
+the watch workers (whose leader also sends the periodic tasks) and the admission webhook server (self-managed: its own certificates, registered
 with ``failurePolicy: Ignore`` while it runs) - prefixing their output with the role's name. Ctrl-C (or
 SIGTERM) stops them all and waits for them.
 """
@@ -23,7 +23,7 @@ from reconcilers.environ import load_env_file
 from reconcilers.devstack import config
 
 REPO = Path(__file__).resolve().parent.parent
-ROLES_BEFORE_WATCH = ("web", "worker", "beat")
+ROLES_BEFORE_WATCH = ("web", "worker")
 
 
 def _manage(*args: str) -> list[str]:
@@ -35,10 +35,8 @@ def _role_commands(cfg: config.StackConfig, port: int,
     commands = {
         "web": _manage("runserver", f"127.0.0.1:{port}", "--noreload"),
         "worker": [sys.executable, "-m", "celery", "-A", "operator_project", "worker",
-                   "--loglevel", "INFO", "--concurrency", "2", "--without-gossip",
-                   "--without-mingle"],
-        "beat": [sys.executable, "-m", "celery", "-A", "operator_project", "beat",
-                 "--loglevel", "INFO", "--schedule", str(cfg.state_dir / "celerybeat-schedule")],
+                   "--loglevel", "INFO", "--pool", "threads", "--concurrency", "8",
+                   "--without-gossip", "--without-mingle"],
     }
     if (REPO / "reconcilers" / "management" / "commands" / "watch.py").exists():
         commands["watcher"] = _manage("watch")

@@ -35,12 +35,12 @@ class Settings:
                                     "overrides it): past it the run gets an error and a retry "
                                     "with backoff; a run that ignores that is ended.")
     max_countdown: float = _s(300.0, "Longest delay sent as a Celery countdown; longer ones "
-                                     "wait in the ledger until beat sends them (must be shorter "
+                                     "wait in the ledger until the reaper sends them (must be shorter "
                                      "than the broker's visibility timeout; checked at start).")
     redispatch_after: float = _s(60.0, "A queued key whose message left its queue this many "
                                        "seconds ago (judged by the oldest message still "
                                        "waiting) without starting a run is sent again.")
-    reaper_interval: float = _s(10.0, "Seconds between beat's reaper runs (lost runs, lost "
+    reaper_interval: float = _s(10.0, "Seconds between reaper runs (lost runs, lost "
                                       "messages, due retries).")
     resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "
                                      "(seconds; 0 = never).")
@@ -54,6 +54,9 @@ class Settings:
                                        "reconnected.")
     list_page_size: int = _s(500, "Objects per page of a LIST.")
     leader_election: bool = _s(True, "Elect one leading watcher through a Lease.")
+    watcher_schedules: bool = _s(True, "The leading watcher sends the periodic tasks (reaper, "
+                                       "resync, history pruning) itself; off when a separate "
+                                       "celery beat sends them.")
     lease_namespace: str = _s("default", "Namespace of the leader-election Lease.")
     lease_name: str = _s("django-crd-operator-watcher", "Name of the leader-election Lease.")
     leader_lease_seconds: float = _s(15.0, "Lease duration: a standby takes over this long "

@@ -7,7 +7,8 @@ follows, then record the run and end it in the work queue in one transaction (wh
 follow-up message, if any, once committed).
 
 A run's deadline (``RunLimits``) bounds it three ways: the worker interrupts user code at the
-soft limit (recorded as an error, retried with backoff), ends the process at the hard limit,
+soft limit (recorded as an error, retried with backoff), ends the process at the hard limit
+(the prefork pool does both itself; in the thread pool ``deadlines`` does),
 and the key's lease outlasts both - so the reaper only ever re-queues a key whose run can no
 longer act. Every write ``ctx`` makes first checks the claim is still held (a fence for a run
 whose process was stopped past its lease).
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from django.db import close_old_connections, connection, transaction
 
-from . import cache, history, kube, logs, metrics, workqueue
+from . import cache, deadlines, history, kube, logs, metrics, workqueue
 from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
@@ -177,8 +178,9 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
     started = utcnow()
     t0 = time.perf_counter()
     backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
-    done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
-                   fence=claim.check_held)
+    with deadlines.guard(str(key), limits.soft, limits.hard):
+        done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
+                       fence=claim.check_held)
     decision, seen = done.decision, done.seen
     duration = time.perf_counter() - t0
     if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:

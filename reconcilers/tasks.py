@@ -22,7 +22,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker import state
 from django import db
 
-from . import capabilities, history, metrics, probes, resync as resyncs, runner, workqueue
+from . import (capabilities, deadlines, history, metrics, probes, resync as resyncs, runner,
+               workqueue)
 from .conf import RunLimits, process_setting, settings
 from .registry import NotRegistered, registry
 
@@ -50,8 +51,9 @@ def _make_task(reconciler: str) -> Task:
     except NotRegistered:
         rate_limit, limits = None, RunLimits.of(None)
 
-    # The run deadline, enforced by the prefork pool: SoftTimeLimitExceeded is raised in user
-    # code at ``soft``; the child process is ended at ``hard`` (its lease outlasts that).
+    # The run deadline, enforced by the prefork pool (by ``deadlines`` in the thread pool):
+    # SoftTimeLimitExceeded is raised in user code at ``soft``; the process running it is
+    # ended at ``hard`` (its lease outlasts that).
     @shared_task(name=task_name(reconciler), bind=True, acks_late=True,
                  reject_on_worker_lost=True, ignore_result=True, rate_limit=rate_limit,
                  soft_time_limit=limits.soft, time_limit=limits.hard, typing=False)
@@ -233,6 +235,7 @@ def install() -> None:
     workqueue.set_sender(publish)
     runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
                                f"{SoftTimeLimitExceeded.__qualname__}")
+    deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's
     app = current_app
     app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}
     signals.worker_ready.connect(_serve_worker_probes, weak=False)

@@ -201,10 +201,10 @@ def start_process(request, worker_db_url, stack) -> Iterator[Callable[..., Proce
 @pytest.fixture
 def celery_worker(start_process) -> Callable[..., Process]:
     def start(name: str = "worker", concurrency: int = 1, queues: str | None = None,
-              env: dict[str, str] | None = None) -> Process:
+              env: dict[str, str] | None = None, pool: str = "prefork") -> Process:
         argv = [
             sys.executable, "-m", "celery", "-A", "operator_project", "worker",
-            "--loglevel", "INFO", "--pool", "prefork", "--concurrency", str(concurrency),
+            "--loglevel", "INFO", "--pool", pool, "--concurrency", str(concurrency),
             "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
             "--without-gossip", "--without-mingle",
         ]
@@ -262,9 +262,9 @@ class Operator:
         self.watchers.append(proc)
         return proc
 
-    def start_worker(self, concurrency: int = 1) -> Process:
+    def start_worker(self, concurrency: int = 1, pool: str = "prefork") -> Process:
         proc = self.celery_worker(f"worker{len(self.workers)}", concurrency=concurrency,
-                                  env=self.env)
+                                  env=self.env, pool=pool)
         self.workers.append(proc)
         return proc
 

@@ -19,14 +19,15 @@ DEFAULT = ["this-project", "this-project-debounce", "kopf", "cr-default", "cr-qp
            "ceiling-c16"]
 
 
-def build(cfg: BenchConfig, names: list[str], workers: int = 1, concurrency: int = 4) -> list[Impl]:
+def build(cfg: BenchConfig, names: list[str], workers: int = 1, concurrency: int = 8,
+          pool: str = "threads", beat: bool = False) -> list[Impl]:
     out: list[Impl] = []
+    layout = {"workers": workers, "concurrency": concurrency, "pool": pool, "beat": beat}
     for name in names:
         if name == "this-project":
-            out.append(ThisProject(cfg, workers=workers, concurrency=concurrency))
+            out.append(ThisProject(cfg, **layout))
         elif name == "this-project-debounce":
-            out.append(ThisProject(cfg, name=name, workers=workers, concurrency=concurrency,
-                                   debounce=0.5, only=("burst",)))
+            out.append(ThisProject(cfg, name=name, debounce=0.5, only=("burst",), **layout))
         elif name == "kopf":
             out.append(Kopf(cfg))
         elif name == "cr-default":

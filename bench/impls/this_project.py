@@ -1,4 +1,8 @@
-"""This project: ``manage.py watch`` + N Celery worker processes + beat, as deployed.
+"""This project: ``manage.py watch`` + N Celery workers, as deployed.
+
+The default layout (what ``make demo`` and compose run): each worker a thread pool of 8, the
+leading watcher sending the periodic tasks. ``--pool prefork --concurrency 4 --beat`` is the
+large-install layout (a process per concurrent run, a separate beat).
 
 Run with ``DJANGO_SETTINGS_MODULE=bench.settings`` (the project's settings plus the bench-only
 ``BenchItem`` app), against the bench's own database and Redis db number, ``DEBUG`` off and
@@ -59,13 +63,15 @@ def ensure_database(database_url: str) -> None:
 class ThisProject(Impl):
     name: str = "this-project"
     workers: int = 1
-    concurrency: int = 4
-    beat: bool = True
+    concurrency: int = 8
+    pool: str = "threads"
+    beat: bool = False
     debounce: float = 0.0  # Reconciler.debounce of the BenchItem reconciler (opt-in)
 
     def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
         return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg),
-                "BENCH_DEBOUNCE": str(self.debounce)}
+                "BENCH_DEBOUNCE": str(self.debounce),
+                "RECONCILERS_WATCHER_SCHEDULES": "0" if self.beat else "1"}
 
     def prepare(self) -> None:
         ensure_database(self.cfg.database_url)
@@ -103,7 +109,7 @@ class ThisProject(Impl):
         for i in range(self.workers):
             self.procs.append(self.spawn(f"worker{i}", [
                 py, "-m", "celery", "-A", "operator_project", "worker",
-                "--pool", "prefork", "--concurrency", str(self.concurrency),
+                "--pool", self.pool, "--concurrency", str(self.concurrency),
                 "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
                 "--hostname", f"bench{i}-{uuid.uuid4().hex[:4]}@%h"], env))
         if self.beat:
@@ -127,7 +133,8 @@ class ThisProject(Impl):
             "version": _git_version(),
             "processes": {"watcher": 1, "celery_workers": self.workers,
                           "concurrency_per_worker": self.concurrency,
-                          "pool": "prefork", "beat": self.beat},
+                          "pool": self.pool, "beat": self.beat,
+                          "periodic tasks sent by": "beat" if self.beat else "the leading watcher"},
             "settings": {
                 "DJANGO_SETTINGS_MODULE": "bench.settings", "DEBUG": False,
                 "LOG_LEVEL / celery --loglevel": "WARNING",

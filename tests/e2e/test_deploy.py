@@ -37,18 +37,24 @@ def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
     assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "ClusterRole",
                             "ClusterRoleBinding", "ConfigMap", "Job", "Deployment", "Service",
-                            "Deployment", "Deployment", "Deployment", "Service", "Service"])
+                            "Deployment", "Deployment", "Service", "Service"])
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
     assert docs[("ConfigMap", "django-crd-operator")]["data"]["OPERATOR_SAMPLES"] == "0"
     role = docs[("ClusterRole", "django-crd-operator")]
     assert not any("customresourcedefinitions" in r.get("resources", []) for r in role["rules"])
     pods = {name: d["spec"]["template"]["spec"] for (kind, name), d in docs.items()
             if kind in ("Deployment", "Job")}
-    # Only the watcher and the workers act on the cluster; web, beat and migrate cannot.
+    # Only the watcher and the workers act on the cluster; web and migrate cannot.
     assert {n for n, p in pods.items() if p["serviceAccountName"] == "django-crd-operator"} == {
         "django-crd-operator-watcher", "django-crd-operator-worker"}
     assert pods["django-crd-operator-migrate"]["automountServiceAccountToken"] is False
-    assert pods["django-crd-operator-beat"]["automountServiceAccountToken"] is False
+    # The default layout: the leading watcher sends the periodic tasks (no beat), the workers
+    # run reconciles in a thread pool.
+    assert "django-crd-operator-beat" not in pods
+    assert docs[("ConfigMap", "django-crd-operator")]["data"].get(
+        "RECONCILERS_WATCHER_SCHEDULES", "1") not in ("0", "off", "false")
+    (worker,) = pods["django-crd-operator-worker"]["containers"]
+    assert "--pool threads" in worker["command"][-1]
     try:
         subprocess.run([KUBECTL, "apply", "--server-side", "--force-conflicts",
                         "--field-manager", "test-deploy", "-k", str(REPO / "deploy")], env=env,
@@ -56,8 +62,7 @@ def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
         apps = client.AppsV1Api(kube)
         names = {d.metadata.name for d in
                  apps.list_namespaced_deployment("django-crd-operator").items}
-        assert names == {f"django-crd-operator-{r}" for r in ("web", "watcher", "worker",
-                                                              "beat")}
+        assert names == {f"django-crd-operator-{r}" for r in ("web", "watcher", "worker")}
         worker = apps.read_namespaced_deployment("django-crd-operator-worker",
                                                  "django-crd-operator")
         assert worker.spec.template.spec.service_account_name == "django-crd-operator"
@@ -92,9 +97,10 @@ def test_every_pod_is_probed_over_http_and_its_metrics_port_is_discoverable():
                    and port in {p["name"] for p in s["spec"]["ports"]}
                    and s["metadata"]["labels"]["app.kubernetes.io/name"] == "django-crd-operator"
                    for s in services), role
-    # beat serves nothing (one short-lived publisher); only its own process knows it is alive.
-    assert "livenessProbe" not in deployments["django-crd-operator-beat"]["spec"]["template"][
-        "spec"]["containers"][0]
+    # The optional beat (large installs) serves nothing; only its own process knows it lives.
+    beat = yaml.safe_load((REPO / "deploy" / "beat.yaml").read_text())
+    assert "livenessProbe" not in beat["spec"]["template"]["spec"]["containers"][0]
+    assert beat["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
     monitoring = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy" / "monitoring")],
                                 capture_output=True, text=True, check=True, timeout=60).stdout

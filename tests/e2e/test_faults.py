@@ -20,11 +20,20 @@ def records(name: str):
     return list(ReconcileRecord.objects.filter(reconciler=DEADLINE, name=name).order_by("id"))
 
 
+# The prefork pool (a process per run) and the thread pool (the default layout: one process,
+# deadlines kept by reconcilers.deadlines) hold runs to the same deadline.
+POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
+
+
+@POOLS
 def test_a_reconcile_hanging_past_its_deadline_is_an_error_retried_with_backoff(
-        kube, operator):
+        kube, operator, pool):
     operator.start_watcher(DEADLINE)
-    worker = operator.start_worker()
-    create(kube, operator.namespace, "hangs", group=GROUP, value=1, sleep=30)
+    worker = operator.start_worker(pool=pool, concurrency=2)
+    # prefork interrupts even a blocking sleep (a signal); a pool thread is interrupted
+    # between two Python instructions, so there it computes.
+    create(kube, operator.namespace, "hangs", group=GROUP, value=1,
+           **({"sleep": 30} if pool == "prefork" else {"spin": 30}))
 
     first = wait_for(lambda: records("hangs"), 30, "the hung run's record")[0]
     assert first.outcome == "error"
@@ -33,20 +42,32 @@ def test_a_reconcile_hanging_past_its_deadline_is_an_error_retried_with_backoff(
     item = WorkItem.objects.get(reconciler=DEADLINE, name="hangs")
     assert item.state != "running" or item.token > 1  # the key was let go
 
-    patch(kube, operator.namespace, "hangs", group=GROUP, sleep=0)
+    patch(kube, operator.namespace, "hangs", group=GROUP, sleep=0, spin=0)
     wait_for(lambda: converged(kube, operator.namespace, ["hangs"], GROUP), 60,
              "convergence once it no longer hangs")
     assert worker.popen.poll() is None
     assert_no_overlapping_runs(DEADLINE)
 
 
+@POOLS
 def test_a_reconcile_ignoring_its_deadline_is_ended_and_its_key_freed(kube, operator,
-                                                                      redis_client):
+                                                                      redis_client, pool):
+    from reconcilers.deadlines import EXIT_DEADLINE
+
     operator.start_watcher(DEADLINE)
-    worker = operator.start_worker()
-    operator.start_beat(operator.schedule)
+    worker = operator.start_worker(pool=pool, concurrency=2)
+    # No beat: the leading watcher sends the reaper that frees the key (the default layout).
     create(kube, operator.namespace, "stubborn", group=GROUP, value=1, stubborn=True)
 
+    if pool == "threads":
+        # No process of its own to end: the worker process goes, and its supervisor (compose,
+        # Kubernetes) starts it again - here, the test does.
+        wait_for(lambda: worker.popen.poll() is not None, 30, "the worker to end itself")
+        assert worker.popen.returncode == EXIT_DEADLINE
+        assert "ignored its run deadline" in worker.log()
+        # Fixed before the restart: a second stubborn run would end this worker too.
+        patch(kube, operator.namespace, "stubborn", group=GROUP, stubborn=False)
+        worker = operator.start_worker(pool=pool, concurrency=2)
     lost = wait_for(lambda: [r for r in records("stubborn") if r.error_class == "WorkerLost"],
                     60, "the reaper's record of the ended run")
     assert lost[0].outcome == "error"
@@ -57,7 +78,9 @@ def test_a_reconcile_ignoring_its_deadline_is_ended_and_its_key_freed(kube, oper
     # (4 s) passed, then its lease (6 s), before the next run started.
     assert starts[1] - starts[0] >= 6
 
-    patch(kube, operator.namespace, "stubborn", group=GROUP, stubborn=False)
+    if pool == "prefork":
+        patch(kube, operator.namespace, "stubborn", group=GROUP, stubborn=False)
     wait_for(lambda: converged(kube, operator.namespace, ["stubborn"], GROUP), 90,
              "convergence once it respects its deadline")
-    assert worker.popen.poll() is None  # Celery replaced the ended pool process
+    assert worker.popen.poll() is None  # prefork: Celery replaced the ended pool process
+    assert_no_overlapping_runs(DEADLINE)

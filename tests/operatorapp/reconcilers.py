@@ -1,7 +1,8 @@
 """``Probe``: a reconciler scripted by its spec, to test the engine with real processes.
 
 spec.value        copied to status.value with observedGeneration (the "converged" check)
-spec.sleep        seconds each run takes
+spec.sleep        seconds each run takes (one time.sleep)
+spec.spin         seconds each run takes, computing (Python instructions all the way)
 spec.failTimes    the first N runs of this object raise RuntimeError
 spec.permanent    every run raises PermanentError
 spec.requeueAfter the first run returns Result.after(seconds)
@@ -48,6 +49,10 @@ class ProbeReconciler(Reconciler):
         spec = obj.get("spec") or {}
         if spec.get("sleep"):
             time.sleep(float(spec["sleep"]))
+        if spec.get("spin"):
+            end = time.monotonic() + float(spec["spin"])
+            while time.monotonic() < end:
+                pass
         if spec.get("permanent"):
             raise PermanentError("this probe can never work")
         if spec.get("failTimes") and _count(obj, "fails") <= int(spec["failTimes"]):

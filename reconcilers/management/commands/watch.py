@@ -9,7 +9,7 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from reconcilers import crds, leader, probes, watch
+from reconcilers import crds, leader, periodic, probes, tasks, watch
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -67,6 +67,8 @@ class Command(BaseCommand):
             term = threading.Event()
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
+            if conf.watcher_schedules:
+                periodic.Sender(tasks.beat_schedule(), _send_task, until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
@@ -111,3 +113,9 @@ class Command(BaseCommand):
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
         return False
+
+
+def _send_task(name: str) -> None:
+    from celery import current_app
+
+    current_app.send_task(name, retry=True, retry_policy=tasks.PUBLISH_RETRY)

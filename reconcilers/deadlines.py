@@ -1,0 +1,107 @@
+"""Run deadlines where the worker pool cannot enforce them: Celery's thread pool.
+
+The prefork pool enforces ``RunLimits`` itself (a signal at the soft limit, the child process
+ended at the hard one). In the thread pool - the default layout, one light process for many
+runs - this module does it: one watchdog thread per process raises the soft-limit exception
+in the run's own thread (between two Python instructions, as a signal would), and a run still
+going at the hard limit ends the whole worker process, as prefork ends its child. The runs
+that process held are then retried through the ledger once their leases expire (the reaper
+records them as "worker lost"); a key never runs twice at once, and nothing is lost.
+
+A thread blocked inside C (a ``time.sleep``, a socket read without a timeout) only sees the
+soft-limit exception when it returns to Python, so such a run meets the hard limit instead.
+In the main thread (a prefork child, the solo pool, tests calling the runner) ``guard`` does
+nothing: there the pool, or nobody, enforces the deadline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+# The exit status of a worker process ended because a run ignored its deadline.
+EXIT_DEADLINE = 70
+TICK = 0.05
+
+
+@dataclass
+class _Run:
+    label: str
+    soft_at: float
+    hard_at: float
+    signalled: bool = False
+
+
+_runs: dict[int, _Run] = {}
+_lock = threading.Lock()
+_watchdog: threading.Thread | None = None
+# The exception the soft limit raises (the task layer sets Celery's SoftTimeLimitExceeded,
+# so a reconciler catches the same exception in either pool).
+soft_limit_error: type[BaseException] = TimeoutError
+
+
+def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                               ctypes.py_object(exc) if exc else None)
+
+
+@contextmanager
+def guard(label: str, soft: float, hard: float) -> Iterator[None]:
+    """Hold the calling thread to ``soft``/``hard`` seconds from now (pool threads only)."""
+    if threading.current_thread() is threading.main_thread():
+        yield
+        return
+    ident, now = threading.get_ident(), time.monotonic()
+    run = _Run(label, now + soft, now + hard)
+    with _lock:
+        _runs[ident] = run
+        _ensure_watchdog()
+    try:
+        yield
+    finally:
+        with _lock:
+            _runs.pop(ident, None)
+            if run.signalled:
+                _raise_in(ident, None)  # one raised too late to land is cancelled
+
+
+def _ensure_watchdog() -> None:
+    global _watchdog
+    if _watchdog is None or not _watchdog.is_alive() or _watchdog.ident is None:
+        _watchdog = threading.Thread(target=_watch, name="run-deadlines", daemon=True)
+        _watchdog.start()
+
+
+def _watch() -> None:
+    while True:
+        time.sleep(TICK)
+        now = time.monotonic()
+        with _lock:
+            for ident, run in _runs.items():
+                if now >= run.hard_at:
+                    _end_process(run)
+                if not run.signalled and now >= run.soft_at:
+                    run.signalled = True
+                    _raise_in(ident, soft_limit_error)
+
+
+def _end_process(run: _Run) -> None:
+    log.critical("%s ignored its run deadline: ending worker process %d (as prefork ends its "
+                 "child); every run it held is retried once its lease expires", run.label,
+                 os.getpid())
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001 - nothing may stop the exit
+            pass
+    sys.stderr.flush()
+    os._exit(EXIT_DEADLINE)
