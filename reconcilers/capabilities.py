@@ -57,10 +57,15 @@ OBSERVABLE = set(EVIDENCE) | {SCRAPED}
 _recorded: set[tuple[str, str]] = set()
 
 
+def new_evidence(record: ReconcileRecord, failures_before: int) -> list[tuple[str, str]]:
+    """The criteria this run proves that this process has not seen proven yet."""
+    return [(record.reconciler, cid) for cid, proves in EVIDENCE.items()
+            if (record.reconciler, cid) not in _recorded and proves(record, failures_before)]
+
+
 def record_evidence(record: ReconcileRecord, failures_before: int) -> None:
     """Keep the first proof of each criterion this run meets (inside the run's transaction)."""
-    new = [(record.reconciler, cid) for cid, proves in EVIDENCE.items()
-           if (record.reconciler, cid) not in _recorded and proves(record, failures_before)]
+    new = new_evidence(record, failures_before)
     if not new:
         return
     with connection.cursor() as cursor:

@@ -9,10 +9,10 @@ from typing import Mapping
 from django.db import connection
 from django.utils import timezone
 
-from .capabilities import record_evidence
+from .capabilities import new_evidence, record_evidence
 from .conf import settings
 from .decision import Decision
-from .workqueue import Claim
+from .workqueue import Claim, Row
 from .models import Outcome, ReconcileRecord
 from .vocab import Key
 
@@ -34,11 +34,19 @@ class RunFacts:
 
 def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
     """One ``ReconcileRecord`` for one run, and the capability evidence it carries."""
+    record = new_record(claim, decision, facts)
+    record.save(force_insert=True)
+    record_evidence(record, claim.attempts)
+    return record
+
+
+def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
+    """The run's record, not saved yet."""
     meta = (facts.obj or {}).get("metadata") or {}
     status = (facts.final or facts.obj or {}).get("status") or {}
     if not isinstance(status, Mapping):
         status = {}
-    record = ReconcileRecord.objects.create(
+    return ReconcileRecord(
         reconciler=claim.key.reconciler, namespace=claim.key.namespace, name=claim.key.name,
         uid=meta.get("uid", ""), triggers=claim.triggers, attempt=claim.attempts + 1,
         started_at=facts.started, finished_at=facts.started + timedelta(seconds=facts.duration),
@@ -51,8 +59,17 @@ def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
         observed_generation=status.get("observedGeneration"), phase=facts.phase,
         capabilities=facts.capabilities,
     )
-    record_evidence(record, claim.attempts)
-    return record
+
+
+_COLUMNS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
+
+
+def as_row(record: ReconcileRecord) -> Row:
+    """``record`` as the ledger inserts it with the run's finish: every column, each value
+    prepared by its field as ``save()`` would, typed explicitly."""
+    return Row(ReconcileRecord._meta.db_table,
+               [(f.column, f.db_type(connection)) for f in _COLUMNS],
+               [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _COLUMNS])
 
 
 def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:

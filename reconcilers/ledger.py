@@ -43,6 +43,15 @@ class Dispatch(NamedTuple):
     countdown: float | None = None
 
 
+class Row(NamedTuple):
+    """A row to insert in the statement that finishes a run (its history record): the table,
+    ``(column, SQL type)`` pairs and the values, ready for the database."""
+
+    table: str
+    columns: Sequence[tuple[str, str]]
+    values: Sequence
+
+
 class LeaseLost(Exception):
     """This run's hold on its key has run out: it must not act on the cluster any more."""
 
@@ -187,9 +196,20 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float,
     any queued key) and its message carries that countdown. A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
     ledger (``dispatched_at`` NULL) until the due sweep sends it.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
+    return _finish(claim_, decision, max_countdown, debounce, None)[0]
+
+
+def finish_recorded(claim_: Claim, decision: Decision, max_countdown: float,
+                    debounce: float, record: Row) -> tuple[Dispatch | None, int]:
+    """``finish``, and the run's history row inserted by the same statement only if the run
+    still held its key: one round trip, atomic without a transaction. Returns the follow-up
+    message and the row's id."""
+    return _finish(claim_, decision, max_countdown, debounce, record)
+
+
+def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
+            record: Row | None) -> tuple[Dispatch | None, int]:
+    update = f"""
             UPDATE {TABLE} SET
                 state = CASE WHEN dirty THEN 'queued'
                              WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
@@ -215,23 +235,35 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float,
                 last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
             WHERE id = %(id)s AND token = %(token)s AND state = 'running'
-            RETURNING state, token, dispatched_at IS NOT NULL
-            """,
-            {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
-             "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
-             "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
-             "token": claim_.token, "debounce": debounce},
-        )
+            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched
+            """
+    params = {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
+              "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
+              "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
+              "token": claim_.token, "debounce": debounce}
+    sql = update
+    if record is not None:
+        names = ", ".join(f'"{c}"' for c, _ in record.columns)
+        values = ", ".join(f"%(v{i})s::{t}" for i, (_, t) in enumerate(record.columns))
+        params.update({f"v{i}": v for i, v in enumerate(record.values)})
+        sql = f"""
+            WITH f AS ({update}),
+                 r AS (INSERT INTO {record.table} ({names}) SELECT {values} FROM f RETURNING id)
+            SELECT f.state, f.token, f.dispatched, r.id FROM f CROSS JOIN r
+            """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
                         "re-queued the key")
-    state, token, dispatched = row
+    state, token, dispatched = row[:3]
+    record_id = row[3] if record is not None else 0
     if state == State.QUEUED:
-        return Dispatch(claim_.key, token, countdown=debounce or None)
+        return Dispatch(claim_.key, token, countdown=debounce or None), record_id
     if state == State.BACKOFF and dispatched:
-        return Dispatch(claim_.key, token, countdown=decision.delay)
-    return None
+        return Dispatch(claim_.key, token, countdown=decision.delay), record_id
+    return None, record_id
 
 
 @dataclass(frozen=True)

@@ -211,9 +211,18 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
 
 def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
             debounce: float = 0.0) -> tuple[int | None, Dispatch | None]:
-    """History and work queue in one transaction: a recorded run is always a finished run."""
+    """History and work queue in one transaction: a recorded run is always a finished run.
+
+    Usually one statement does both (``workqueue.done_recorded``); a run that proves a
+    capability criterion for the first time also writes that evidence, in a transaction."""
+    record = history.new_record(claim, decision, facts)
+    evidence = bool(history.new_evidence(record, claim.attempts))
     for attempt in range(3):
         try:
+            if not evidence:
+                follow_up, record_id = workqueue.done_recorded(claim, decision, debounce,
+                                                               history.as_row(record))
+                return record_id, follow_up
             with transaction.atomic():
                 record = history.record_run(claim, decision, facts)
                 follow_up = workqueue.done(claim, decision, debounce)

@@ -29,10 +29,10 @@ from django.db import transaction
 from . import ledger, metrics
 from .conf import settings
 from .decision import Decision
-from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped
+from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped, Row
 from .vocab import Key
 
-__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "add", "claim", "done", "pause",
+__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "Row", "add", "claim", "done", "pause",
            "reap", "send", "set_sender", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,17 @@ def done(claim_: Claim, decision: Decision, debounce: float = 0.0) -> Dispatch |
     if follow_up is not None:
         _send_on_commit([follow_up])
     return follow_up
+
+
+def done_recorded(claim_: Claim, decision: Decision, debounce: float,
+                  record: ledger.Row) -> tuple[Dispatch | None, int]:
+    """``done`` and the run's history row written by one statement (outside a transaction:
+    the follow-up message is sent at once). Returns the follow-up and the row's id."""
+    follow_up, record_id = ledger.finish_recorded(claim_, decision, settings().max_countdown,
+                                                  debounce, record)
+    if follow_up is not None:
+        _send_on_commit([follow_up])
+    return follow_up, record_id
 
 
 def pause(keys: Sequence[Key], paused: bool) -> int:

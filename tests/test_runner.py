@@ -117,3 +117,43 @@ def test_a_run_that_lost_its_key_leaves_no_record_of_its_own(kube, namespace, pr
     report = runner.run(key, token, registry=reg)
     assert report.record_id is None
     assert not ReconcileRecord.objects.exists()  # history never shows two holders at once
+
+
+def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
+    """A run's record and its finish usually go in one statement (history.as_row); the row
+    must be exactly what the ORM writes - JSON, arrays, NULLs, times included."""
+    from datetime import datetime, timezone
+
+    from django.forms.models import model_to_dict
+
+    from reconcilers import history
+    from reconcilers.decision import Decision
+
+    def run_once(name: str) -> tuple[ledger.Claim, Decision, history.RunFacts]:
+        (d,) = ledger.enqueue([Key("probes.test.operator.local", "ns", name)], "added")
+        claim = ledger.claim(d.key, d.token, "w", 30)
+        facts = history.RunFacts(
+            started=datetime(2026, 12, 3, 1, 2, 3, 456789, tzinfo=timezone.utc), duration=0.25,
+            worker="host:1", task_id="t#1",
+            obj={"metadata": {"uid": "u-1", "resourceVersion": "42", "generation": None},
+                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            events=[{"reason": "Created", "message": "ünïcode \"quoted\""}], phase="reconcile",
+            capabilities=[{"action": "upgrade", "detail": "1 -> 2"}])
+        return claim, Decision("error", 2, 0.5, "retry", error_class="boom.Boom",
+                               error_message="it broke", traceback="Traceback ..."), facts
+
+    claim, decision, facts = run_once("fast")
+    _, record_id = ledger.finish_recorded(claim, decision, 300, 0.0,
+                                          history.as_row(history.new_record(claim, decision,
+                                                                            facts)))
+    claim2, decision2, facts2 = run_once("orm")
+    saved = history.record_run(claim2, decision2, facts2)
+    ledger.finish(claim2, decision2, 300)
+
+    fast = model_to_dict(ReconcileRecord.objects.get(pk=record_id))
+    orm = model_to_dict(ReconcileRecord.objects.get(pk=saved.pk))
+    for row in (fast, orm):
+        row.pop("id"), row.pop("name")
+    assert fast == orm
+    assert fast["events"][0]["message"] == 'ünïcode "quoted"' and fast["generation"] is None
+    assert WorkItem.objects.get(name="fast").state == "backoff"
