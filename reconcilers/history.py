@@ -9,7 +9,7 @@ from typing import Mapping
 from django.db import connection
 from django.utils import timezone
 
-from .capabilities import new_evidence, record_evidence
+from .capabilities import record_evidence
 from .conf import settings
 from .decision import Decision
 from .workqueue import Claim, Row
@@ -61,15 +61,17 @@ def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
     )
 
 
-_COLUMNS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
+_FIELDS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
+_columns: list[tuple[str, str]] = []  # (column, SQL type), computed once per process
 
 
 def as_row(record: ReconcileRecord) -> Row:
     """``record`` as the ledger inserts it with the run's finish: every column, each value
     prepared by its field as ``save()`` would, typed explicitly."""
-    return Row(ReconcileRecord._meta.db_table,
-               [(f.column, f.db_type(connection)) for f in _COLUMNS],
-               [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _COLUMNS])
+    if not _columns:
+        _columns.extend((f.column, f.db_type(connection)) for f in _FIELDS)
+    return Row(ReconcileRecord._meta.db_table, _columns,
+               [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _FIELDS])
 
 
 def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:

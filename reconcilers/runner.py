@@ -30,7 +30,7 @@ from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
 from .workqueue import Claim, Dispatch, LeaseLost
-from .capabilities import HEALED
+from .capabilities import HEALED, new_evidence
 from .models import Outcome, Trigger
 from .registry import NotRegistered, Registry, registry as default_registry
 from .results import PermanentError, Result
@@ -216,7 +216,7 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
     Usually one statement does both (``workqueue.done_recorded``); a run that proves a
     capability criterion for the first time also writes that evidence, in a transaction."""
     record = history.new_record(claim, decision, facts)
-    evidence = bool(history.new_evidence(record, claim.attempts))
+    evidence = bool(new_evidence(record, claim.attempts))
     for attempt in range(3):
         try:
             if not evidence:

@@ -21,8 +21,9 @@ A message that cannot be sent (broker down) is only logged: the ledger already s
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Callable, Iterable, Sequence
+from typing import Callable, ContextManager, Iterable, Sequence
 
 from django.db import transaction
 
@@ -39,12 +40,16 @@ log = logging.getLogger(__name__)
 
 Sender = Callable[[Dispatch, str], None]
 _sender: Sender | None = None
+_batch: Callable[[], ContextManager] = contextlib.nullcontext
 
 
-def set_sender(sender: Sender | None) -> None:
-    """Install the function that publishes one message: ``sender(dispatch, task_id)``."""
-    global _sender
-    _sender = sender
+def set_sender(sender: Sender | None,
+               batch: Callable[[], ContextManager] | None = None) -> None:
+    """Install the function that publishes one message: ``sender(dispatch, task_id)``, and
+    optionally ``batch()``: a context in which the sender's messages go to the broker together
+    when it ends (one round trip for a relist's or a burst's many)."""
+    global _sender, _batch
+    _sender, _batch = sender, batch or contextlib.nullcontext
 
 
 def task_id(key: Key, token: int) -> str:
@@ -57,17 +62,26 @@ def send(dispatches: Sequence[Dispatch]) -> int:
     if dispatches and _sender is None:
         raise RuntimeError("no message sender is registered: is 'reconcilers' in "
                            "INSTALLED_APPS (its AppConfig.ready registers one)?")
-    sent = 0
-    for d in dispatches:
-        try:
-            _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
-            sent += 1
-            metrics.messages_sent_total.labels(d.key.reconciler).inc()
-        except Exception as exc:  # broker down: the reaper re-sends from the ledger
+    taken: list[Dispatch] = []
+    try:
+        with _batch() if len(dispatches) > 1 else contextlib.nullcontext():
+            for d in dispatches:
+                try:
+                    _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
+                    taken.append(d)
+                except Exception as exc:  # broker down: the reaper re-sends from the ledger
+                    metrics.messages_unsent_total.labels(d.key.reconciler).inc()
+                    log.error("could not send %s (token %s): %s; the reaper will retry",
+                              d.key, d.token, exc)
+    except Exception as exc:  # the batch never reached the broker: none of it was sent
+        for d in taken:
             metrics.messages_unsent_total.labels(d.key.reconciler).inc()
-            log.error("could not send %s (token %s): %s; the reaper will retry",
-                      d.key, d.token, exc)
-    return sent
+        log.error("could not send %d messages (%s ...): %s; the reaper will retry",
+                  len(taken), taken[0].key if taken else "-", exc)
+        return 0
+    for d in taken:
+        metrics.messages_sent_total.labels(d.key.reconciler).inc()
+    return len(taken)
 
 
 def _send_on_commit(dispatches: Sequence[Dispatch]) -> None:

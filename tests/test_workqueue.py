@@ -91,3 +91,40 @@ def test_the_celery_sender_is_installed_by_the_app():
     from reconcilers import tasks
 
     assert workqueue._sender is tasks.publish
+
+
+def test_many_messages_reach_the_broker_in_one_batch(redis_client):
+    """A relist's dispatches go through kombu's producer batch: every message arrives, and
+    is a normal Celery message a worker would run."""
+    import json
+
+    from celery import current_app
+
+    from reconcilers import tasks
+
+    queue = current_app.conf.task_default_queue
+    redis_client.delete(queue)
+    dispatches = [workqueue.Dispatch(Key("widgets.nowhere.example.com", "ns", f"k{i}"), 1)
+                  for i in range(120)]
+    assert workqueue._batch is tasks.publishing_batch
+    assert workqueue.send(dispatches) == 120
+    messages = [json.loads(m) for m in redis_client.lrange(queue, 0, -1)]
+    redis_client.delete(queue)
+    assert sorted(m["headers"]["id"] for m in messages) == sorted(
+        workqueue.task_id(d.key, d.token) for d in dispatches)
+    assert {m["headers"]["task"] for m in messages} == {"reconcilers.reconcile_unregistered"}
+
+
+def test_a_batch_the_broker_never_took_counts_as_unsent(monkeypatch, caplog, sent):
+    import contextlib
+
+    @contextlib.contextmanager
+    def flush_fails():
+        yield
+        raise ConnectionError("redis went away at the flush")
+
+    monkeypatch.setattr(workqueue, "_batch", flush_fails)
+    workqueue.add([Key(KEY.reconciler, "ns", n) for n in "abc"], "added")
+    assert "could not send 3 messages" in caplog.text
+    assert workqueue.send([workqueue.Dispatch(KEY, 1), workqueue.Dispatch(KEY, 2)]) == 0
+    assert WorkItem.objects.filter(state="queued").count() == 3  # the reaper re-sends them
