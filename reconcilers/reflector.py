@@ -3,7 +3,7 @@
 client-go's Reflector: a paginated LIST, then a WATCH from the list's resourceVersion with
 bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as the HTTP answer) a
 relist that reports what changed or vanished meanwhile; on any other error a reconnect with
-capped exponential backoff (0.8 s -> 30 s, jittered). It never exits on a transient error.
+capped exponential backoff (0.1 s -> 30 s, jittered). It never exits on a transient error.
 
 Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new,
 change)``), so whoever runs the key reads this version or a newer one; in the same Redis
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 # deliver(trigger, old, new, change): ``change`` is the journal entry to clear once the
 # change's keys are in the ledger.
 Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
+
+
+# Seconds before the first reconnect after a watch or list error.
+FIRST_RETRY = 0.1
 
 
 class Gone(Exception):
@@ -92,7 +96,9 @@ class Reflector:
 
     def run(self) -> None:
         api = kube.new_api_client()
-        delay = 0.8
+        # A dropped connection is retried almost at once (kopf waits 0.1 s), then ever more
+        # slowly while the api-server keeps refusing (doubling, jittered, up to 30 s).
+        delay = FIRST_RETRY
         first = True
         while not self.stop_event.is_set():
             try:
@@ -104,14 +110,16 @@ class Reflector:
                     self.relist_requested.clear()
                     first = False
                 self.watch(api)
-                delay = 0.8
+                delay = FIRST_RETRY
             except Gone:
                 self._note("relist")
                 self.resource_version = ""
                 log.info("%s: resourceVersion expired, relisting", self.gvr.id)
             except Exception as exc:
-                if self.relist_requested.is_set() and not self.stop_event.is_set():
-                    continue  # we closed the watch ourselves
+                if self.stop_event.is_set():
+                    break  # aborted: we closed the watch ourselves
+                if self.relist_requested.is_set():
+                    continue  # we closed the watch ourselves, to relist
                 self._note("error", f"{type(exc).__name__}: {exc}")
                 self._errors.inc()
                 log.warning("%s: %s; reconnecting in %.1fs", self.gvr.id, exc, delay)

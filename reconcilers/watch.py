@@ -64,7 +64,7 @@ class Enqueuer(threading.Thread):
     def _drain_until_stopped(self) -> None:
         while not self.stop_event.is_set() or not self.queue.empty():
             try:
-                first = self.queue.get(timeout=0.2)
+                first = self.queue.get(timeout=0.05)
             except queue.Empty:
                 continue
             pending: dict[str, list[Key]] = defaultdict(list)
@@ -381,7 +381,12 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
                     and not _keep_synced(s.gvr, s.namespace)):
                 s.reflector.request_relist()
             s.status.save()  # flushes counters of a quiet stream (throttled to every 5 s)
-        time.sleep(1)
+        # Heartbeat each second, but notice a stop at once: a restarted watcher's successor
+        # waits for this one to let go.
+        for _ in range(20):
+            if until():
+                break
+            time.sleep(0.05)
     for s in streams:
         s.abort()
     for t in threads:

@@ -47,12 +47,13 @@ class Command(BaseCommand):
         if not self._start_up(classes, stop, health):
             return
 
-        elector = None
+        elector = campaign = None
         conf = settings()
         if conf.leader_election:
             elector = leader.LeaderElector(identity, conf.lease_namespace, conf.lease_name,
                                            conf.leader_lease_seconds)
-            threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
+            campaign = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+            campaign.start()
         health.elector = elector
 
         self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")
@@ -76,6 +77,8 @@ class Command(BaseCommand):
                 health=health)
             term.set()
             enqueuer.join(15)
+        if campaign is not None:
+            campaign.join(10)  # its Lease released, so a successor leads at once
         self.stdout.write("watch stopped")
 
     def _replay(self, streams: list, stop: threading.Event) -> None:
