@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Mapping
@@ -62,15 +63,19 @@ def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
 
 
 _FIELDS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
-_columns: list[tuple[str, str]] = []  # (column, SQL type), computed once per process
+
+
+@functools.cache
+def _columns() -> tuple[tuple[str, str], ...]:
+    """(column, SQL type) of every field, once per process (a pool's threads may race to
+    compute it: each gets the same whole tuple)."""
+    return tuple((f.column, f.db_type(connection)) for f in _FIELDS)
 
 
 def as_row(record: ReconcileRecord) -> Row:
     """``record`` as the ledger inserts it with the run's finish: every column, each value
     prepared by its field as ``save()`` would, typed explicitly."""
-    if not _columns:
-        _columns.extend((f.column, f.db_type(connection)) for f in _FIELDS)
-    return Row(ReconcileRecord._meta.db_table, _columns,
+    return Row(ReconcileRecord._meta.db_table, _columns(),
                [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _FIELDS])
 
 
