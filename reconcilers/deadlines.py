@@ -76,7 +76,7 @@ def guard(label: str, soft: float, hard: float) -> Iterator[None]:
 
 def _ensure_watchdog() -> None:
     global _watchdog
-    if _watchdog is None or not _watchdog.is_alive() or _watchdog.ident is None:
+    if _watchdog is None or not _watchdog.is_alive():
         _watchdog = threading.Thread(target=_watch, name="run-deadlines", daemon=True)
         _watchdog.start()
 

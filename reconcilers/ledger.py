@@ -193,8 +193,9 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float,
 
     Dirty wins over everything: an event arrived during the run, so the key runs again - now,
     or after ``debounce`` seconds: it stays queued (events meanwhile are merged into it, as for
-    any queued key) and its message carries that countdown. A delay within ``max_countdown`` is sent as a Celery countdown; a longer one stays in the
-    ledger (``dispatched_at`` NULL) until the due sweep sends it.
+    any queued key) and its message carries that countdown. A delay within ``max_countdown``
+    is sent as a Celery countdown; a longer one stays in the ledger (``dispatched_at`` NULL)
+    until the due sweep sends it.
     """
     return _finish(claim_, decision, max_countdown, debounce, None)[0]
 

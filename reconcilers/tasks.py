@@ -192,6 +192,11 @@ def beat_schedule() -> dict[str, dict]:
     }
 
 
+def send_periodic(name: str) -> None:
+    """Send one of ``beat_schedule``'s tasks now (the leading watcher's stand-in for beat)."""
+    current_app.send_task(name, retry=True, retry_policy=PUBLISH_RETRY)
+
+
 class WorkerProbes:
     """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``),
     served by its main process: live while its consumer has not shut down, ready while it

@@ -33,8 +33,8 @@ from .decision import Decision
 from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped, Row
 from .vocab import Key
 
-__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "Row", "add", "claim", "done", "pause",
-           "reap", "send", "set_sender", "task_id", "forget_gone"]
+__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "Row", "add", "claim", "done",
+           "done_recorded", "pause", "reap", "send", "set_sender", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
 

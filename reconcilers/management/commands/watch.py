@@ -69,7 +69,8 @@ class Command(BaseCommand):
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
             if conf.watcher_schedules:
-                periodic.Sender(tasks.beat_schedule(), _send_task, until=term.is_set).start()
+                periodic.Sender(tasks.beat_schedule(), tasks.send_periodic,
+                                until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
@@ -116,9 +117,3 @@ class Command(BaseCommand):
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
         return False
-
-
-def _send_task(name: str) -> None:
-    from celery import current_app
-
-    current_app.send_task(name, retry=True, retry_policy=tasks.PUBLISH_RETRY)
