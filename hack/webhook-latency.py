@@ -64,7 +64,8 @@ def main() -> None:
                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         subprocess.run([*manage, "register", "--url", f"https://127.0.0.1:{port}", "--ca",
                         str(tmp / "ca.crt"), "--name", namespace, "--namespace-label",
-                        f"bench={namespace}"], cwd=REPO, check=True, capture_output=True)
+                        f"bench={namespace}", "--only", "admission"], cwd=REPO, check=True,
+                       capture_output=True)
         deadline = time.monotonic() + 30
         while WebhookCall.objects.filter(namespace=namespace).count() < 2:
             create(0)
@@ -90,7 +91,8 @@ def main() -> None:
         server = _start_kopf(tmp, port := _free_port())
         subprocess.run([*manage, "register", "--url", f"https://127.0.0.1:{port}", "--ca",
                         str(tmp / "ca.crt"), "--name", namespace, "--namespace-label",
-                        f"bench={namespace}"], cwd=REPO, check=True, capture_output=True)
+                        f"bench={namespace}", "--only", "admission"], cwd=REPO, check=True,
+                       capture_output=True)
         deadline = time.monotonic() + 60
         while True:  # kopf answering, and the new configuration in the admission chain
             try:

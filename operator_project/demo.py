@@ -23,7 +23,6 @@ from reconcilers.environ import load_env_file
 from reconcilers.devstack import config
 
 REPO = Path(__file__).resolve().parent.parent
-ROLES_BEFORE_WATCH = ("web", "worker")
 
 
 def _manage(*args: str) -> list[str]:
@@ -118,7 +117,8 @@ def main() -> int:
         "  Scale it:   kubectl patch foo example-foo --type merge -p '{\"spec\":{\"replicas\":3}}'\n"
         "              and the PodSet 'example-podset' (the talk's ReplicaSet): kubectl get podsets\n"
         f"  Webhooks:   https://127.0.0.1:{webhook_port} - a Foo without replicas gets 1, a second\n"
-        "              Foo naming the same Deployment is refused (admin -> Webhook calls)\n"
+        "              Foo naming the same Deployment is refused (admin -> Webhook calls),\n"
+        "              and v1 is converted: kubectl get foos.v1.samplecontroller.k8s.io -o yaml\n"
         "  History:    python manage.py history foos.samplecontroller.k8s.io default/example-foo\n"
         "  Ctrl-C stops everything started here (make down stops the stack).\n",
         flush=True,

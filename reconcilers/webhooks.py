@@ -162,8 +162,7 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | No
             webhook = {
                 "name": f"{hook}.{meta.crd_name}",
                 "clientConfig": client_config,
-                "rules": [{"apiGroups": [meta.group],
-                           "apiVersions": [v.name for v in meta.versions if v.served],
+                "rules": [{"apiGroups": [meta.group], "apiVersions": _admitted_versions(meta),
                            "operations": ["CREATE", "UPDATE"], "resources": [meta.plural],
                            "scope": meta.scope}],
                 "admissionReviewVersions": ["v1"],
@@ -184,6 +183,15 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | No
             out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                         "metadata": metadata, "webhooks": webhooks})
     return out
+
+
+def _admitted_versions(meta) -> list[str]:
+    """A converting kind is admitted in its hub version only: with ``matchPolicy: Equivalent``
+    the api-server converts a request in any other version to it first, so ``default()`` and
+    ``validate()`` always see the fields the resource class declares."""
+    if meta.converts:
+        return [meta.storage_version.name]
+    return [v.name for v in meta.versions if v.served]
 
 
 def cluster_manifests(resources: Sequence[type[Resource]], *, namespace: str, service: str,
@@ -254,6 +262,38 @@ def register(api: kube.ApiClient, configs: Iterable[dict],
                      content_type=kube.APPLY_PATCH)
         names.append(f"{config['kind']}/{name}")
     return names
+
+
+def conversion_configs(api: kube.ApiClient, crds: Iterable[str]) -> dict[str, dict]:
+    """Each installed CRD's live conversion ``clientConfig`` (``{}`` without a webhook) -
+    what ``restore_conversions`` hands back to when this server stops."""
+    out = {}
+    for crd in crds:
+        live = kube.get_or_none(api, kube.CRDS.path(None, crd))
+        if live is not None:
+            out[crd] = ((((live.get("spec") or {}).get("conversion") or {}).get("webhook")
+                         or {}).get("clientConfig") or {})
+    return out
+
+
+def restore_conversions(api: kube.ApiClient, previous: dict[str, dict], url: str) -> list[str]:
+    """Point each CRD whose conversion still calls ``url`` back at what it called before.
+
+    A conversion webhook cannot simply be removed as the admission configurations are: the
+    CRD's other versions, and the namespace controller deleting through them, need one. So a
+    stopping server hands conversion back to the server registered before it (the local
+    stack's, or the in-cluster Service the manifest names)."""
+    restored = []
+    ours = f"{url.rstrip('/')}/convert"
+    for crd, config in conversion_configs(api, previous).items():
+        if not previous[crd] or config.get("url") != ours or previous[crd].get("url") == ours:
+            continue
+        body = {"url": None, "service": None, "caBundle": None, **previous[crd]}
+        patch = {"spec": {"conversion": {"webhook": {"clientConfig": body}}}}
+        kube.request(api, "PATCH", kube.CRDS.path(None, crd), patch,
+                     content_type=kube.MERGE_PATCH)
+        restored.append(crd)
+    return restored
 
 
 def unregister(api: kube.ApiClient, name: str = "django-crd-operator") -> None:

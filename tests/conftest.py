@@ -7,6 +7,10 @@ Every fixture here talks to a real process started by ``make up`` (``python -m r
 - ``kube``           (session) a ``kubernetes.client.ApiClient`` authenticated as the admin user.
 - ``api``            a client made by the app's own door to Kubernetes (``reconcilers.kube``),
                      with ``KUBECONFIG`` pointing at the stack.
+- ``conversion_webhook`` (session) a real ``manage.py webhook serve --register --only
+                     conversion`` converting the sample Foo's versions for the whole session,
+                     as a cluster runs the operator's webhook: without it the api-server could
+                     not serve Foo v1, nor delete a namespace holding Foos.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
 - ``worker_db_url``  a DATABASE_URL pointing at pytest-django's test database, so processes a
@@ -77,8 +81,51 @@ def api(stack, monkeypatch):
     client.close()
 
 
+@dataclass
+class ConversionWebhook:
+    url: str
+    ca: Path
+
+
+@pytest.fixture(scope="session")
+def conversion_webhook(stack, kube, django_db_setup) -> Iterator[ConversionWebhook]:
+    import socket
+
+    from django.conf import settings
+    from django.db import connection
+
+    from reconcilers.contrib.samplecontroller.resources import Foo
+    from reconcilers.resources.apply import apply_crds
+
+    apply_crds([Foo], kube)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    certs = stack.state_dir / "webhook-tests"
+    db = connection.settings_dict
+    log_dir = ARTIFACTS / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "session-conversion-webhook.log"
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            [sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
+             "--port", str(port), "--certs-dir", str(certs), "--host", "127.0.0.1",
+             "--register", "--only", "conversion"],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={
+                **os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DEBUG": "1",
+                "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(stack.kubeconfig),
+                "REDIS_URL": settings.REDIS_URL,
+                "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
+                                f"{db['PORT']}/{db['NAME']}"})
+    proc = Process("conversion-webhook", popen, log_path)
+    proc.wait_for_log("admission webhooks on https://", timeout=90)
+    yield ConversionWebhook(f"https://127.0.0.1:{port}", certs / "ca.crt")
+    proc.stop()
+
+
 @pytest.fixture
-def namespace(kube) -> Iterator[str]:
+def namespace(kube, conversion_webhook) -> Iterator[str]:
     from kubernetes import client
 
     name = f"t-{uuid.uuid4().hex[:10]}"

@@ -165,7 +165,7 @@ def test_conversion_goes_through_the_hub_and_keeps_metadata():
 def test_a_converting_crd_calls_the_webhook_service_and_asks_cert_manager_for_its_ca():
     """deploy/webhook-cert-manager's CA injector fills the conversion caBundle from the
     Certificate named like the Service; a CRD that converts nothing has neither."""
-    from reconcilers.contrib.samplecontroller.resources import Foo
+    from reconcilers.contrib.podset.resources import PodSet
     from reconcilers.resources.crd import crd
     from tests.operatorapp.resources import Gauge
 
@@ -175,5 +175,53 @@ def test_a_converting_crd_calls_the_webhook_service_and_asks_cert_manager_for_it
         "port": 443, "path": "/convert"}
     assert manifest["metadata"]["annotations"] == {
         "cert-manager.io/inject-ca-from": "django-crd-operator/django-crd-operator-webhook"}
-    assert crd(Foo)["spec"]["conversion"] == {"strategy": "None"}
-    assert "cert-manager.io/inject-ca-from" not in crd(Foo)["metadata"]["annotations"]
+    assert crd(PodSet)["spec"]["conversion"] == {"strategy": "None"}
+    assert "cert-manager.io/inject-ca-from" not in crd(PodSet)["metadata"].get("annotations", {})
+
+
+def test_re_applying_a_converting_crd_keeps_the_registered_webhook():
+    """A registered URL (the local stack, compose) or cert-manager's injected CA bundle
+    survives the manifest being applied again; a manifest naming another Service wins."""
+    from reconcilers.resources.apply import _keep_conversion_registration
+    from reconcilers.resources.crd import crd
+    from tests.operatorapp.resources import Gauge
+
+    manifest = crd(Gauge)
+    service = manifest["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+
+    def live(client_config: dict) -> dict:
+        return {"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"], "clientConfig": client_config}}}}
+
+    def applied(client_config: dict) -> dict:
+        body = _keep_conversion_registration(manifest, live(client_config))
+        return body["spec"]["conversion"]["webhook"]["clientConfig"]
+
+    registered = {"url": "https://127.0.0.1:9443/convert", "caBundle": "Q0E="}
+    assert applied(registered) == registered
+    injected = {"service": service, "caBundle": "Q0E="}
+    assert applied(injected) == injected
+    assert applied({"service": {**service, "name": "old-name"}, "caBundle": "Q0E="}) == {
+        "service": service}
+    assert manifest["spec"]["conversion"]["webhook"]["clientConfig"] == {"service": service}
+    none = {"spec": {"conversion": {"strategy": "None"}}}
+    assert _keep_conversion_registration(manifest, none) == manifest
+
+
+def test_register_only_admission_or_only_conversion(capsys, tmp_path):
+    from django.core.management import call_command
+
+    from tests.operatorapp.resources import Gauge  # noqa: F401 - registers the converting kind
+
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n")
+    register = ["webhook", "register", "--url", "https://127.0.0.1:9443", "--ca", str(ca),
+                "--print", "--only"]
+    call_command(*register, "admission")
+    out = capsys.readouterr().out
+    assert "ValidatingWebhookConfiguration" in out and "kubectl patch crd" not in out
+    call_command(*register, "conversion")
+    out = capsys.readouterr().out
+    assert "WebhookConfiguration" not in out
+    assert "kubectl patch crd foos.samplecontroller.k8s.io" in out
+    assert "kubectl patch crd gauges.conversion.operator.local" in out

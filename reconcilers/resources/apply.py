@@ -4,10 +4,17 @@ Server-side apply (field manager ``django-crd-operator``, forced) makes this ide
 safe to run from several places - ``manage.py applycrds``, the watcher at start-up - since
 applying an unchanged manifest is a no-op that leaves ``resourceVersion`` alone. That no-op is
 how "unchanged" is told apart from "updated".
+
+A converting CRD's manifest names the in-cluster webhook Service; where a webhook server has
+registered itself instead (``manage.py webhook serve --register``: a URL and its CA, as on the
+local stack and compose) or cert-manager has injected the CA bundle, re-applying the manifest
+keeps that registration, so a watcher starting up never cuts the api-server off from its
+conversion webhook.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Iterable, Mapping
 
@@ -39,6 +46,8 @@ def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
         body = dict(item) if isinstance(item, Mapping) else crd(item)
         name = body["metadata"]["name"]
         before = _get(api_client, name)
+        if before is not None:
+            body = _keep_conversion_registration(body, before)
         after = kube.request(api_client, "PATCH", kube.CRDS.path(None, name), body,
                              query={"fieldManager": field_manager, "force": "true"},
                              content_type=kube.APPLY_PATCH)
@@ -53,6 +62,19 @@ def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
     for name, _ in results:
         wait_established(api_client, name, deadline - time.monotonic())
     return results
+
+
+def _keep_conversion_registration(body: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    wanted = ((body.get("spec") or {}).get("conversion") or {})
+    registered = ((live.get("spec") or {}).get("conversion") or {})
+    if wanted.get("strategy") != "Webhook" or registered.get("strategy") != "Webhook":
+        return body
+    want = (wanted.get("webhook") or {}).get("clientConfig") or {}
+    have = dict((registered.get("webhook") or {}).get("clientConfig") or {})
+    if "url" in have or (have.get("service") == want.get("service") and "caBundle" in have):
+        body = copy.deepcopy(body)
+        body["spec"]["conversion"]["webhook"]["clientConfig"] = have
+    return body
 
 
 def wait_established(api_client: kube.ApiClient, name: str, timeout: float) -> None:

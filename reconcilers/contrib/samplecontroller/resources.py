@@ -4,23 +4,40 @@ Same group, version and fields as upstream's ``artifacts/examples/crd-status-sub
 with the validation upstream leaves to the controller: a Foo without a valid Deployment name or
 with a replica count out of range is rejected by the api-server (422) instead of failing every
 reconcile. ``manage.py makecrds`` writes ``crds/foos.samplecontroller.k8s.io.yaml`` from it.
+
+``v1`` is served beside ``v1alpha1`` and renames ``spec.replicas`` to ``spec.replicaCount``;
+the webhook (``manage.py webhook serve``) converts between them through ``v1alpha1``, the
+stored version and the one the reconciler reads.
 """
 
 from reconcilers.admission import ValidationError
-from reconcilers.resources import PrinterColumn, Resource, fields
+from reconcilers.resources import PrinterColumn, Resource, Version, fields
 
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
-class FooSpec(fields.Object):
-    deployment_name = fields.String(
+def _deployment_name() -> fields.String:
+    return fields.String(
         required=True, min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, immutable=True,
         help_text="Name of the Deployment this Foo owns, in the Foo's namespace; fixed once set "
                   "(a renamed Foo would leave its old Deployment behind).")
-    replicas = fields.Integer(
+
+
+def _replicas() -> fields.Integer:
+    return fields.Integer(
         minimum=1, maximum=100,
         help_text="Number of replicas of the Deployment; 1 when left out (set by the mutating "
                   "webhook, or by the Deployment's own default without it).")
+
+
+class FooSpec(fields.Object):
+    deployment_name = _deployment_name()
+    replicas = _replicas()
+
+
+class FooSpecV1(fields.Object):
+    deployment_name = _deployment_name()
+    replica_count = _replicas()
 
 
 class FooStatus(fields.Object):
@@ -28,11 +45,37 @@ class FooStatus(fields.Object):
         minimum=0, help_text="Available replicas of the Deployment, as last observed.")
 
 
+def v1_to_hub(obj: dict) -> dict:
+    """v1 -> v1alpha1: ``replicaCount`` is ``replicas`` again."""
+    spec = obj.setdefault("spec", {})
+    if "replicaCount" in spec:
+        spec["replicas"] = spec.pop("replicaCount")
+    return obj
+
+
+def v1_from_hub(obj: dict) -> dict:
+    """v1alpha1 -> v1: ``replicas`` is called ``replicaCount``."""
+    spec = obj.setdefault("spec", {})
+    if "replicas" in spec:
+        spec["replicaCount"] = spec.pop("replicas")
+    return obj
+
+
 class Foo(Resource):
     """A Foo asks for a Deployment of nginx with a given name and replica count."""
 
     group = "samplecontroller.k8s.io"
-    version = "v1alpha1"
+    versions = [
+        Version("v1alpha1", storage=True),
+        Version("v1", spec=FooSpecV1(required=True, help_text="The Deployment this Foo wants."),
+                to_hub=v1_to_hub, from_hub=v1_from_hub,
+                printer_columns=[
+                    PrinterColumn("Deployment", "spec.deployment_name"),
+                    PrinterColumn("Replicas", "spec.replica_count"),
+                    PrinterColumn("Available", "status.available_replicas"),
+                    PrinterColumn.age(),
+                ]),
+    ]
     kind = "Foo"
     spec = FooSpec(required=True, help_text="The Deployment this Foo wants.")
     status = FooStatus(help_text="What the controller last observed.")

@@ -8,7 +8,10 @@
 
 ``serve --register`` is the self-managed mode (local stack, compose): it makes the certificates
 for ``--host`` when none are given, registers the configurations at ``https://HOST:PORT``
-before it serves and deletes them when it stops. ``register --print`` writes the
+before it serves and deletes them when it stops; a CRD's conversion, which cannot be deleted,
+is handed back to whichever server it called before. ``--only conversion`` registers just the
+conversion (the test suite's shared server); ``--only admission`` just the two configurations.
+``register --print`` writes the
 configurations as YAML instead of applying them; ``manifests`` writes ``deploy/webhook/``'s
 generated part (ServiceAccount, read-only ClusterRole, configurations for cert-manager).
 """
@@ -72,6 +75,9 @@ class Command(BaseCommand):
             parser.add_argument("--namespace-label", action="append", default=[],
                                 help="only namespaces with this label (key=value), repeatable")
         parser.add_argument("--name", default="django-crd-operator")
+        parser.add_argument("--only", choices=["admission", "conversion"],
+                            help="register only the admission configurations, or only the "
+                                 "CRDs' conversion")
 
     def handle(self, *args, action: str, **options) -> None:
         autodiscover()
@@ -82,8 +88,10 @@ class Command(BaseCommand):
         self.stdout.write(f"CA {made.ca}\ncertificate {made.cert}\nkey {made.key}")
 
     @staticmethod
-    def _hooked(timeout: int) -> list:
+    def _hooked(timeout: int, only: str | None = None) -> list:
         resources = webhooks.hooked_resources()
+        if only == "conversion":
+            resources = [r for r in resources if r._meta.converts]
         if not resources:
             raise CommandError("no resource declares validate(), default() or conversion "
                                "functions: nothing to register")
@@ -100,8 +108,10 @@ class Command(BaseCommand):
                           + yaml.safe_dump_all(docs, sort_keys=False), ending="")
 
     def _register(self, url, service, ca: Path, failure_policy: str, timeout: int,
-                  namespace_label: list[str], name: str, print: bool, **_) -> None:  # noqa: A002
-        resources = self._hooked(timeout)
+                  namespace_label: list[str], name: str, print: bool,  # noqa: A002
+                  only: str | None = None, **_) -> list[tuple[str, dict]]:
+        """Apply the configurations and conversion patches; returns the conversion patches."""
+        resources = self._hooked(timeout, only)
         target = None
         if service:
             try:
@@ -117,17 +127,22 @@ class Command(BaseCommand):
             namespace_selector={"matchLabels": labels} if labels else None, name=name)
         conversions = webhooks.conversion_patches(resources, ca_bundle=ca.read_bytes(), url=url,
                                                   service=target)
+        if only == "conversion":
+            configs = []
+        elif only == "admission":
+            conversions = []
         if print:
             self.stdout.write(yaml.safe_dump_all(configs, sort_keys=False))
             for crd, patch in conversions:
                 self.stdout.write(f"# kubectl patch crd {crd} --type merge -p '"
                                   f"{json.dumps(patch)}'\n")
-            return
+            return conversions
         try:
             for applied in webhooks.register(kube.api_client(), configs, conversions):
                 self.stdout.write(applied if ": " in applied else f"{applied}: applied")
         except kube.ApiError as exc:
             raise CommandError(f"registering the webhooks failed: {exc.message}") from exc
+        return conversions
 
     def _unregister(self, name: str, **_) -> None:
         webhooks.unregister(kube.api_client(), name)
@@ -151,16 +166,53 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+        url = f"https://{_url_host(host[0])}:{port}" if host else ""
+        previous: dict[str, dict] = {}
         if register:
-            self._register(url=f"https://{_url_host(host[0])}:{port}", service=None, ca=ca,
-                           name=name, print=False, **options)
+            if options.get("only") != "admission":
+                previous = webhooks.conversion_configs(
+                    kube.api_client(), [r._meta.crd_name for r in webhooks.hooked_resources()
+                                        if r._meta.converts])
+            conversions = self._register(url=url, service=None, ca=ca, name=name, print=False,
+                                         **options)
+            waiting = [(crd, patch) for crd, patch in conversions if crd not in previous]
+            if waiting:
+                threading.Thread(target=self._register_when_installed, daemon=True,
+                                 args=(waiting, previous, stop)).start()
         self.stdout.write(f"admission webhooks on https://{bind}:{port} "
                           f"({len(webhooks.hooked_resources())} resource(s))")
         try:
             webhooks.serve(bind, port, cert, key, stop=stop)
         finally:
             if register:
-                self._unregister(name)
+                self._hand_back(name, url, previous, options.get("only"))
+
+    def _register_when_installed(self, waiting: list[tuple[str, dict]],
+                                 previous: dict[str, dict], stop: threading.Event) -> None:
+        """A converting CRD not installed yet when this server started - the watcher installs
+        it a moment later on a fresh stack - gets its conversion pointed here once it is."""
+        api = kube.api_client()
+        while waiting and not stop.wait(1):
+            for item in list(waiting):
+                try:
+                    live = webhooks.conversion_configs(api, [item[0]])
+                    if item[0] not in live:
+                        continue
+                    previous.update(live)
+                    webhooks.register(api, [], [item])
+                except kube.ApiError as exc:
+                    self.stderr.write(f"CustomResourceDefinition/{item[0]}: registering "
+                                      f"its conversion failed: {exc.message}")
+                    continue
+                waiting.remove(item)
+                self.stdout.write(f"CustomResourceDefinition/{item[0]} (conversion): applied")
+
+    def _hand_back(self, name: str, url: str, previous: dict[str, dict],
+                   only: str | None) -> None:
+        if only != "conversion":
+            self._unregister(name)
+        for crd in webhooks.restore_conversions(kube.api_client(), previous, url):
+            self.stdout.write(f"CustomResourceDefinition/{crd}: conversion handed back")
 
 
 def _url_host(host: str) -> str:
