@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import sys
 import threading
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from reconcilers import crds, leader, periodic, probes, tasks, watch
 from reconcilers.conf import process_setting, settings
@@ -21,6 +24,18 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("reconcilers", nargs="*", help="only these (default: all)")
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """From the command line, exit as soon as the watch has stopped and its Lease is
+        released: the interpreter's own teardown of a process this size (freeing every module
+        and object one by one) took 0.25-0.35 s, time a rolling restart waits for nothing.
+        Errors still exit through Django's handling; ``call_command`` returns as usual."""
+        super().run_from_argv(argv)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        logging.shutdown()
+        connections.close_all()
+        os._exit(0)
 
     def handle(self, *args, **options) -> None:
         names = options["reconcilers"] or registry.names()
