@@ -58,6 +58,10 @@ if OPERATOR_SAMPLES:
 # Your operator apps, by import path, without editing this file: the image and compose take
 # them from the environment (README, "Your apps in the image").
 INSTALLED_APPS += env_list("OPERATOR_APPS")
+# `makecrds` keeps the webhook server's cluster manifests (its read-only RBAC and the two
+# configurations, which follow the resources' hooks) beside the CRDs; `--check` fails when stale.
+RECONCILERS_WEBHOOK_MANIFESTS = os.environ.get(
+    "RECONCILERS_WEBHOOK_MANIFESTS", str(BASE_DIR / "deploy" / "webhook" / "generated.yaml"))
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

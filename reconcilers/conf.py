@@ -64,6 +64,9 @@ class Settings:
     namespaces: str = _s("", "Comma-separated namespaces to watch (empty = all).")
     apply_crds: bool = _s(False, "Server-side apply the CRDs of enabled reconcilers when the "
                                  "watcher starts.")
+    webhook_manifests: str = _s("", "File `makecrds` keeps the webhook server's cluster "
+                                    "manifests in (what `webhook manifests` prints with its "
+                                    "defaults; `--check` fails when stale); empty: none.")
 
     @classmethod
     def fields(cls) -> Iterator[dataclasses.Field]:

@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import ThreadingMixIn
 from typing import Callable, Iterable, Sequence
 
+import yaml
 from django.db import close_old_connections, connection
 
 from . import admission, kube, rbac
@@ -194,8 +195,9 @@ def _admitted_versions(meta) -> list[str]:
     return [v.name for v in meta.versions if v.served]
 
 
-def cluster_manifests(resources: Sequence[type[Resource]], *, namespace: str, service: str,
-                      port: int = 443, failure_policy: str = "Fail", timeout: int = 5,
+def cluster_manifests(resources: Sequence[type[Resource]], *,
+                      namespace: str = "django-crd-operator",
+                      service: str = "django-crd-operator-webhook", port: int = 443, failure_policy: str = "Fail", timeout: int = 5,
                       name: str = "django-crd-operator") -> list[dict]:
     """What ``deploy/webhook/`` applies besides the server itself: the server's
     ServiceAccount with read-only rights on the hooked resources (a ``validate`` may look up
@@ -213,6 +215,12 @@ def cluster_manifests(resources: Sequence[type[Resource]], *, namespace: str, se
                         failure_policy=failure_policy, timeout=timeout, name=name,
                         inject_ca_from=f"{namespace}/{service}"),
     ]
+
+
+def cluster_manifests_yaml(resources: Sequence[type[Resource]], **options) -> str:
+    """``cluster_manifests`` as the file ``deploy/webhook/generated.yaml`` holds it."""
+    return ("# generated: python manage.py webhook manifests - do not edit\n"
+            + yaml.safe_dump_all(cluster_manifests(resources, **options), sort_keys=False))
 
 
 def conversion_patches(resources: Iterable[type[Resource]], *, ca_bundle: bytes,

@@ -4,3 +4,5 @@ from operator_project.settings import *  # noqa: F401,F403
 from operator_project.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.operatorapp"]
+# The test kinds have hooks too: never let `makecrds` here rewrite the project's file.
+RECONCILERS_WEBHOOK_MANIFESTS = ""

@@ -23,7 +23,7 @@ CURRENT, MISSING, STALE = "current", "missing", "stale"
 
 @dataclass(frozen=True)
 class Manifest:
-    resource: type[Resource]
+    resource: type[Resource] | None  # None: the webhook server's manifests, for every resource
     path: Path
     content: str
 

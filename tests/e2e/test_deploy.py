@@ -118,7 +118,31 @@ def test_committed_webhook_manifests_are_what_the_command_generates():
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings",
              "OPERATOR_SAMPLES": "1"}).stdout
     assert out == (REPO / "deploy" / "webhook" / "generated.yaml").read_text(), \
-        "deploy/webhook/generated.yaml is stale: regenerate it with `manage.py webhook manifests`"
+        "deploy/webhook/generated.yaml is stale: regenerate it with `manage.py makecrds`"
+
+
+def test_makecrds_keeps_and_checks_the_webhook_manifests_with_the_crds(tmp_path):
+    """A hook added to a resource changes the configurations and the server's RBAC: the same
+    `makecrds --check` that catches a stale CRD in CI catches a stale webhook file."""
+    target = tmp_path / "generated.yaml"
+    committed = (REPO / "deploy" / "webhook" / "generated.yaml").read_text()
+    target.write_text(committed.replace("- get\n", "", 1))
+
+    def makecrds(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "manage.py", "makecrds", *args], cwd=REPO, capture_output=True,
+            text=True, timeout=60,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings",
+                 "OPERATOR_SAMPLES": "1", "RECONCILERS_WEBHOOK_MANIFESTS": str(target)})
+
+    stale = makecrds("--check")
+    assert stale.returncode == 1 and "stale: " in stale.stderr
+    assert str(target.name) in stale.stderr
+    assert target.read_text() != committed  # --check writes nothing
+    assert makecrds().returncode == 0
+    assert target.read_text() == committed
+    fresh = makecrds("--check")
+    assert fresh.returncode == 0 and "up to date" in fresh.stdout, fresh.stderr
 
 
 def test_webhook_manifests_fit_together_and_the_api_server_accepts_them(kube, stack,

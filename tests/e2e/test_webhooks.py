@@ -366,3 +366,40 @@ def test_serve_register_makes_its_certificates_registers_and_unregisters_on_stop
         except client.ApiException:
             return False
     wait_for(unhooked, 30, "writes to go through unhooked")
+
+
+def test_a_converting_crd_installed_after_the_server_started_is_registered_then_handed_back(
+        kube, namespace, start_process, tmp_path):
+    """On a fresh stack the webhook server can start before the watcher installs the CRDs:
+    it registers each one's conversion once it appears, and hands it back when it stops."""
+    from reconcilers.resources import apply_crds
+    from tests.operatorapp.resources import Gauge
+
+    extensions = client.ApiextensionsV1Api(kube)
+    name = Gauge._meta.crd_name
+    assert name not in {c.metadata.name for c in
+                        extensions.list_custom_resource_definition().items}
+    port = _free_port()
+    proc = start_process("webhook", [
+        sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
+        "--port", str(port), "--certs-dir", str(tmp_path / "certs"), "--host", "127.0.0.1",
+        "--register", "--only", "conversion"])
+    proc.wait_for_log("admission webhooks on https://", timeout=60)
+    try:
+        apply_crds([Gauge], kube, timeout=60)
+
+        def client_config():
+            return extensions.read_custom_resource_definition(
+                name).spec.conversion.webhook.client_config
+        wait_for(lambda: client_config().url == f"https://127.0.0.1:{port}/convert", 30,
+                 "the server to register the new CRD's conversion")
+        proc.stop()
+        assert proc.popen.returncode == 0, proc.log()
+        handed_back = client_config()
+        assert handed_back.url is None
+        assert handed_back.service.name == Gauge._meta.webhook_service[1]
+    finally:
+        extensions.delete_custom_resource_definition(name)
+        wait_for(lambda: name not in {c.metadata.name for c in
+                                      extensions.list_custom_resource_definition().items},
+                 60, "the test CRD to go")

@@ -2,16 +2,22 @@
 
 ``--check`` writes nothing and fails when a manifest is missing or stale, like
 ``makemigrations --check``: run it in CI so a changed resource class cannot ship without its CRD.
+With ``RECONCILERS_WEBHOOK_MANIFESTS`` set (this project: ``deploy/webhook/generated.yaml``) the
+webhook server's cluster manifests - its read-only ClusterRole and the two configurations, which
+change with the resources' hooks - are kept and checked the same way.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from reconcilers import webhooks
+from reconcilers.conf import settings
 from reconcilers.resources import autodiscover, default_registry
-from reconcilers.resources.manifests import CURRENT, plan_manifests, write_manifests
+from reconcilers.resources.manifests import CURRENT, Manifest, plan_manifests, write_manifests
 
 
 class Command(BaseCommand):
@@ -29,13 +35,17 @@ class Command(BaseCommand):
             manifests = plan_manifests(default_registry.for_apps(app_labels))
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
+        hooked = webhooks.hooked_resources()
+        if settings().webhook_manifests and hooked and not app_labels:
+            manifests.append(Manifest(None, Path(settings().webhook_manifests),
+                                      webhooks.cluster_manifests_yaml(hooked)))
         if check:
             outdated = [m for m in manifests if m.state != CURRENT]
             if outdated:
                 raise CommandError("CRD manifests are out of date; run `manage.py makecrds`:\n"
                                    + "\n".join(f"  {m.state}: {os.path.relpath(m.path)}"
                                                 for m in outdated))
-            self.stdout.write(f"{len(manifests)} CRD manifest(s) up to date.")
+            self.stdout.write(f"{len(manifests)} manifest(s) up to date.")
             return
         written = write_manifests(manifests)
         for manifest in written:

@@ -101,11 +101,10 @@ class Command(BaseCommand):
 
     def _manifests(self, namespace: str, service_name: str, service_port: int,
                    failure_policy: str, timeout: int, name: str, **_) -> None:
-        docs = webhooks.cluster_manifests(
+        self.stdout.write(webhooks.cluster_manifests_yaml(
             self._hooked(timeout), namespace=namespace, service=service_name,
-            port=service_port, failure_policy=failure_policy, timeout=timeout, name=name)
-        self.stdout.write("# generated: python manage.py webhook manifests - do not edit\n"
-                          + yaml.safe_dump_all(docs, sort_keys=False), ending="")
+            port=service_port, failure_policy=failure_policy, timeout=timeout, name=name),
+            ending="")
 
     def _register(self, url, service, ca: Path, failure_policy: str, timeout: int,
                   namespace_label: list[str], name: str, print: bool,  # noqa: A002
