@@ -6,25 +6,26 @@ import sys
 
 
 def _set_up_without_collecting() -> None:
-    """Set Django up with the cyclic collector off, then freeze what start-up made.
+    """Make Django's set-up run with the cyclic collector off, then freeze what it made.
 
     Start-up allocates hundreds of thousands of objects (modules, classes, the Kubernetes
     client's models) that live as long as the process: collecting while importing them finds
     nothing and cost ~0.1 s of a watcher's start, and freezing them keeps every later
-    collection from walking them again. A settings error is left for Django's own handling
-    just below, which reports it properly (and still serves ``help``)."""
-    if any(arg.startswith(("--settings", "--pythonpath")) for arg in sys.argv[1:]):
-        return
+    collection from walking them again. Django still calls its set-up once, itself, so its
+    own error reporting and ``--settings`` are unchanged."""
     import django
 
-    gc.disable()
-    try:
-        django.setup()
-    except Exception:  # noqa: BLE001 - reported by execute_from_command_line
-        pass
-    finally:
-        gc.freeze()
-        gc.enable()
+    setup = django.setup
+
+    def setup_then_freeze(*args, **kwargs) -> None:
+        gc.disable()
+        try:
+            setup(*args, **kwargs)
+        finally:
+            gc.freeze()
+            gc.enable()
+
+    django.setup = setup_then_freeze
 
 
 def main() -> None:

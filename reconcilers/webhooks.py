@@ -237,8 +237,8 @@ def conversion_patches(resources: Iterable[type[Resource]], *, ca_bundle: bytes,
         if url is not None:
             config.update(url=f"{url.rstrip('/')}/convert", service=None)
         elif service is not None:
-            config["service"] = {"namespace": service[0], "name": service[1],
-                                 "port": service[2], "path": "/convert"}
+            config.update(url=None, service={"namespace": service[0], "name": service[1],
+                                             "port": service[2], "path": "/convert"})
         out.append((cls._meta.crd_name, {"spec": {"conversion": {
             "strategy": "Webhook",
             "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": config}}}}))
@@ -298,8 +298,12 @@ def restore_conversions(api: kube.ApiClient, previous: dict[str, dict], url: str
             continue
         body = {"url": None, "service": None, "caBundle": None, **previous[crd]}
         patch = {"spec": {"conversion": {"webhook": {"clientConfig": body}}}}
-        kube.request(api, "PATCH", kube.CRDS.path(None, crd), patch,
-                     content_type=kube.MERGE_PATCH)
+        try:
+            kube.request(api, "PATCH", kube.CRDS.path(None, crd), patch,
+                         content_type=kube.MERGE_PATCH)
+        except kube.ApiError as exc:  # the others are still handed back
+            log.error("could not hand the conversion of %s back: %s", crd, exc.message)
+            continue
         restored.append(crd)
     return restored
 

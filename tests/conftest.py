@@ -113,13 +113,16 @@ def conversion_webhook(stack, kube, django_db_setup) -> Iterator[ConversionWebho
              "--register", "--only", "conversion"],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env={
-                **os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DEBUG": "1",
+                # The project's settings with the samples: Foo only - the test kinds (Gauge)
+                # stay with the tests that register their own server for them.
+                **os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings",
+                "OPERATOR_SAMPLES": "1", "DEBUG": "1",
                 "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(stack.kubeconfig),
                 "REDIS_URL": settings.REDIS_URL,
                 "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
                                 f"{db['PORT']}/{db['NAME']}"})
     proc = Process("conversion-webhook", popen, log_path)
-    proc.wait_for_log("admission webhooks on https://", timeout=90)
+    proc.wait_for_log("webhooks on https://", timeout=90)
     yield ConversionWebhook(f"https://127.0.0.1:{port}", certs / "ca.crt")
     proc.stop()
 

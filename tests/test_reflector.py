@@ -12,6 +12,7 @@ from reconcilers.handlers import OWNED, Handler
 from reconcilers.reflector import Gone, Reflector
 from reconcilers.spec import Reconciler
 from reconcilers.vocab import GVR, Key
+from tests.helpers import wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 
@@ -63,6 +64,9 @@ def test_streams_of_two_namespaces_never_wipe_each_others_cache(api, namespace,
                                                                 other_namespace, redis_client):
     make_cm(api, namespace, "mine")
     make_cm(api, other_namespace, "theirs")
+    for ns in (namespace, other_namespace):  # kube-controller-manager adds one to a new namespace
+        wait_for(lambda: kube.get_or_none(api, CONFIGMAPS.path(ns, "kube-root-ca.crt")), 30,
+                 "the namespace's kube-root-ca.crt")
     for ns in (namespace, other_namespace):
         reflector(ns, Recorder()).list(api, initial=True)
     # A watcher restart: each stream lists its namespace again against the shared cache.

@@ -42,7 +42,7 @@ class Command(BaseCommand):
         if check:
             outdated = [m for m in manifests if m.state != CURRENT]
             if outdated:
-                raise CommandError("CRD manifests are out of date; run `manage.py makecrds`:\n"
+                raise CommandError("manifests are out of date; run `manage.py makecrds`:\n"
                                    + "\n".join(f"  {m.state}: {os.path.relpath(m.path)}"
                                                 for m in outdated))
             self.stdout.write(f"{len(manifests)} manifest(s) up to date.")

@@ -109,7 +109,8 @@ class Command(BaseCommand):
     def _register(self, url, service, ca: Path, failure_policy: str, timeout: int,
                   namespace_label: list[str], name: str, print: bool,  # noqa: A002
                   only: str | None = None, **_) -> list[tuple[str, dict]]:
-        """Apply the configurations and conversion patches; returns the conversion patches."""
+        """The conversion patches are returned for ``serve`` to hand back and to retry on
+        CRDs not installed yet."""
         resources = self._hooked(timeout, only)
         target = None
         if service:
@@ -167,22 +168,27 @@ class Command(BaseCommand):
             signal.signal(signum, lambda *_: stop.set())
         url = f"https://{_url_host(host[0])}:{port}" if host else ""
         previous: dict[str, dict] = {}
-        if register:
-            if options.get("only") != "admission":
-                previous = webhooks.conversion_configs(
-                    kube.api_client(), [r._meta.crd_name for r in webhooks.hooked_resources()
-                                        if r._meta.converts])
-            conversions = self._register(url=url, service=None, ca=ca, name=name, print=False,
-                                         **options)
-            waiting = [(crd, patch) for crd, patch in conversions if crd not in previous]
-            if waiting:
-                threading.Thread(target=self._register_when_installed, daemon=True,
-                                 args=(waiting, previous, stop)).start()
-        self.stdout.write(f"admission webhooks on https://{bind}:{port} "
-                          f"({len(webhooks.hooked_resources())} resource(s))")
+        later = None
         try:
+            if register:
+                if options.get("only") != "admission":
+                    previous = webhooks.conversion_configs(
+                        kube.api_client(), [r._meta.crd_name for r in webhooks.hooked_resources()
+                                            if r._meta.converts])
+                conversions = self._register(url=url, service=None, ca=ca, name=name,
+                                             print=False, **options)
+                waiting = [(crd, patch) for crd, patch in conversions if crd not in previous]
+                if waiting:
+                    later = threading.Thread(target=self._register_when_installed, daemon=True,
+                                             args=(waiting, previous, stop))
+                    later.start()
+            self.stdout.write(f"webhooks on https://{bind}:{port} "
+                              f"({len(webhooks.hooked_resources())} resource(s))")
             webhooks.serve(bind, port, cert, key, stop=stop)
         finally:
+            stop.set()
+            if later is not None:
+                later.join(15)  # no registration may land after the hand-back
             if register:
                 self._hand_back(name, url, previous, options.get("only"))
 
@@ -208,10 +214,15 @@ class Command(BaseCommand):
 
     def _hand_back(self, name: str, url: str, previous: dict[str, dict],
                    only: str | None) -> None:
+        """Conversion first (a CRD left calling a stopped server blocks namespace deletion),
+        then the configurations; a failure of one does not skip the other."""
+        try:
+            for crd in webhooks.restore_conversions(kube.api_client(), previous, url):
+                self.stdout.write(f"CustomResourceDefinition/{crd}: conversion handed back")
+        except kube.ApiError as exc:
+            self.stderr.write(f"handing conversion back failed: {exc.message}")
         if only != "conversion":
             self._unregister(name)
-        for crd in webhooks.restore_conversions(kube.api_client(), previous, url):
-            self.stdout.write(f"CustomResourceDefinition/{crd}: conversion handed back")
 
 
 def _url_host(host: str) -> str:
