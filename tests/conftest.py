@@ -122,9 +122,38 @@ def conversion_webhook(stack, kube, django_db_setup) -> Iterator[ConversionWebho
                 "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
                                 f"{db['PORT']}/{db['NAME']}"})
     proc = Process("conversion-webhook", popen, log_path)
-    proc.wait_for_log("webhooks on https://", timeout=90)
-    yield ConversionWebhook(f"https://127.0.0.1:{port}", certs / "ca.crt")
-    proc.stop()
+    try:
+        proc.wait_for_log("webhooks on https://", timeout=90)
+        _until_foos_convert(kube)
+        yield ConversionWebhook(f"https://127.0.0.1:{port}", certs / "ca.crt")
+    finally:
+        proc.stop()
+
+
+def _until_foos_convert(kube) -> None:
+    """The registration updated the CRD, and the api-server rebuilds its storage a moment
+    later (requests meanwhile get 503): wait until a Foo reads as v1, so no test's run meets
+    that window."""
+    from reconcilers import kube as door
+    from tests.helpers import wait_for
+
+    name = f"conversion-probe-{uuid.uuid4().hex[:8]}"
+    foos = f"/apis/samplecontroller.k8s.io/{{}}/namespaces/{name}/foos"
+    door.request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    try:
+        door.request(kube, "POST", foos.format("v1alpha1"), {
+            "apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+            "metadata": {"name": "probe"}, "spec": {"deploymentName": "probe", "replicas": 2}})
+
+        def converts() -> bool:
+            try:
+                got = door.request(kube, "GET", foos.format("v1") + "/probe")
+            except door.ApiError:
+                return False
+            return got["spec"].get("replicaCount") == 2
+        wait_for(converts, 60, "the session's conversion webhook to serve Foo v1")
+    finally:
+        door.request(kube, "DELETE", f"/api/v1/namespaces/{name}")
 
 
 @pytest.fixture
