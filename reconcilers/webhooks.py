@@ -197,7 +197,8 @@ def _admitted_versions(meta) -> list[str]:
 
 def cluster_manifests(resources: Sequence[type[Resource]], *,
                       namespace: str = "django-crd-operator",
-                      service: str = "django-crd-operator-webhook", port: int = 443, failure_policy: str = "Fail", timeout: int = 5,
+                      service: str = "django-crd-operator-webhook", port: int = 443,
+                      failure_policy: str = "Fail", timeout: int = 5,
                       name: str = "django-crd-operator") -> list[dict]:
     """What ``deploy/webhook/`` applies besides the server itself: the server's
     ServiceAccount with read-only rights on the hooked resources (a ``validate`` may look up
