@@ -21,6 +21,7 @@ from .impls import build
 from .impls.ceiling import apiload
 from .kube import Kube
 from .scenarios.common import Harness, measured_run
+from .workload import ensure_crd
 
 PY_SPY = "py-spy==0.4.3"
 
@@ -77,9 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.load()
     out = Path(args.out or cfg.work_dir / "profile")
     out.mkdir(parents=True, exist_ok=True)
-    h = Harness(cfg, Kube.from_config(cfg), quick=True)
-    (impl,) = build(cfg, ["this-project"])
+    kube = Kube.from_config(cfg)
+    ensure_crd(kube)  # a fresh stack has not had the benchmark's CRD yet
+    h = Harness(cfg, kube, quick=True)
+    impl, loader = build(cfg, ["this-project", "cr-default"])
     impl.prepare()
+    loader.prepare()  # builds the Go loader (apiload) on a fresh cache
     with measured_run(h, impl, "pf") as r:
         time.sleep(2)
         pids = probes.tree(impl.roots())

@@ -19,6 +19,7 @@ OPERATOR_SAMPLES = False
 #                                        (the behaviour before CELERY_DB_REUSE_MAX was set)
 #   BENCH_EXPERIMENT_METRICS_OFF=1       no Prometheus metrics (OPERATOR_METRICS=0): the
 #                                        baseline of the metrics' overhead
+#   BENCH_EXPERIMENT_UNPREPARED=1        RECONCILERS_PREPARED_STATEMENTS off
 import os as _os  # noqa: E402
 
 if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
@@ -28,3 +29,8 @@ if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
 
 if _os.environ.get("BENCH_EXPERIMENT_METRICS_OFF"):
     _os.environ["OPERATOR_METRICS"] = "0"  # read when reconcilers.metrics is first imported
+
+if _os.environ.get("BENCH_EXPERIMENT_UNPREPARED"):
+    # The ledger's statements bound client-side and planned on every execution (the
+    # behaviour before RECONCILERS_PREPARED_STATEMENTS).
+    RECONCILERS_PREPARED_STATEMENTS = False

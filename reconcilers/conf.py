@@ -48,6 +48,10 @@ class Settings:
     history_per_key: int = _s(500, "At most this many history rows are kept per key "
                                    "(0 = no limit).")
     enqueue_batch: int = _s(1000, "Keys per statement when a relist or resync enqueues many.")
+    prepared_statements: bool = _s(True, "The work queue's statements are prepared once per "
+                                         "database connection (server-side binding); off "
+                                         "behind a connection pooler that cannot keep them "
+                                         "(PgBouncer in transaction mode before 1.21).")
     watch_timeout_min: int = _s(300, "Shortest server-side watch timeout (seconds).")
     watch_timeout_max: int = _s(600, "Longest server-side watch timeout (seconds).")
     watch_inactivity: float = _s(90.0, "A watch silent this long (no event, no bookmark) is "

@@ -26,8 +26,9 @@ import json
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 
-from .conf import Backoff
+from .conf import Backoff, settings
 from .decision import Decision
 from .models import State, Trigger, WorkItem
 from .vocab import Key
@@ -77,6 +78,33 @@ class Claim:
         if time.monotonic() >= self.held_until:
             raise LeaseLost(f"{self.key}: the run outlived its lease; its key may be running "
                             "elsewhere, so it stops here")
+
+
+class _PreparedCursor(ServerBindingCursor):
+    """Server-side binding, each statement prepared on first use: the ledger's few statements
+    run for every key, and planning them (CTEs, CASEs) cost PostgreSQL more than running them
+    - about 1.1 ms of its CPU per claim and finish, 0.3 ms prepared - and client-side binding
+    escaped every value in Python."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+_ONLY_WHEN_ASKED = 2**31 - 1  # a prepare threshold no other statement reaches
+
+
+def _cursor():
+    """A cursor for the ledger's statements (``RECONCILERS_PREPARED_STATEMENTS``), wrapped as
+    Django wraps its own, so query capture, execute wrappers and error translation apply."""
+    if not settings().prepared_statements:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:  # Django's default turns preparing off altogether;
+        raw.prepare_threshold = _ONLY_WHEN_ASKED  # now only the ledger's are prepared
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(_PreparedCursor(raw))
 
 
 def _fetch(cursor) -> list[tuple]:
@@ -131,7 +159,7 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
     keys = list(dict.fromkeys(keys))
     dispatches: list[Dispatch] = []
     audit = [audit_id] if audit_id is not None else []
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         for start in range(0, len(keys), batch):
             chunk = keys[start:start + batch]
             cursor.execute(_ENQUEUE_SQL, {
@@ -154,7 +182,7 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     see state ``running`` (or a newer token) and match nothing.
     """
     started = time.monotonic()
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {TABLE} SET
@@ -252,7 +280,7 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
                  r AS (INSERT INTO {record.table} ({names}) SELECT {values} FROM f RETURNING id)
             SELECT f.state, f.token, f.dispatched, r.id FROM f CROSS JOIN r
             """
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -302,7 +330,7 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
     Rows are locked in id order, as by every other multi-row statement: no deadlocks.
     """
     backlog = backlog or Backlog({})
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), _cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {TABLE} SET
@@ -362,7 +390,7 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
 def stats() -> list[tuple[str, str, int, float, float]]:
     """Per reconciler and state: rows, and for running rows the seconds they have run in
     total and the longest (client-go's unfinished work and longest running processor)."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), _cursor() as cursor:
         cursor.execute("SET LOCAL statement_timeout = 2000")  # a scrape must not hang
         cursor.execute(
             f"""
@@ -382,7 +410,7 @@ def forget_gone(older_than: float) -> int:
     """Delete the rows of objects that are gone: idle, last run ``gone``, nothing waiting,
     for ``older_than`` seconds. Their history stays; a new object of that name starts a new
     row."""
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             f"""
             DELETE FROM {TABLE} WHERE id IN (
@@ -401,7 +429,7 @@ def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
     """Pause or resume keys. A paused key is never claimed; resuming sends what waited."""
     if not keys:
         return []
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {TABLE} AS w SET

@@ -327,3 +327,30 @@ def test_rows_of_objects_long_gone_are_forgotten_but_live_ones_stay():
     assert list(WorkItem.objects.values_list("name", flat=True)) == ["live"]
     (again,) = ledger.enqueue([key("gone")], "added")  # recreated: a fresh row
     assert process(key("gone"), again.token) is None
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [s for (s,) in cursor.fetchall() if ledger.TABLE in s]
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_ledgers_statements_are_prepared_once_per_connection_unless_turned_off(
+        prepared, settings):
+    """Planning the ledger's statements cost PostgreSQL more than running them; prepared, a
+    connection plans each once. Off (``RECONCILERS_PREPARED_STATEMENTS=0``) for a pooler
+    that cannot keep prepared statements: the ledger then works without any."""
+    settings.RECONCILERS_PREPARED_STATEMENTS = prepared
+    connection.close()  # a fresh session: nothing prepared yet
+    for round_ in range(3):
+        (d,) = ledger.enqueue([key("a")], "modified")
+        assert process(d.key, d.token) is None
+    statements = _prepared()
+    if prepared:
+        assert any("INSERT INTO" in s for s in statements)  # enqueue
+        assert any("state = 'running', started_at = now()" in s for s in statements)  # claim
+        assert len(statements) == len(set(statements))  # each once, reused by later rounds
+    else:
+        assert statements == []
+    assert WorkItem.objects.get(name="a").state == "idle"
