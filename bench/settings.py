@@ -20,6 +20,7 @@ OPERATOR_SAMPLES = False
 #   BENCH_EXPERIMENT_METRICS_OFF=1       no Prometheus metrics (OPERATOR_METRICS=0): the
 #                                        baseline of the metrics' overhead
 #   BENCH_EXPERIMENT_UNPREPARED=1        RECONCILERS_PREPARED_STATEMENTS off
+#   BENCH_EXPERIMENT_RECONCILERS_X=v     any operator setting: RECONCILERS_X=v
 import os as _os  # noqa: E402
 
 if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):

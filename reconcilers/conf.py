@@ -48,6 +48,16 @@ class Settings:
     history_per_key: int = _s(500, "At most this many history rows are kept per key "
                                    "(0 = no limit).")
     enqueue_batch: int = _s(1000, "Keys per statement when a relist or resync enqueues many.")
+    keys_per_message: int = _s(16, "When many keys of one reconciler are due at once (a "
+                                   "relist, a stream of events), up to this many share a "
+                                   "message: one delivery and ack for all; each is still "
+                                   "claimed, run (at once, up to the worker's concurrency) and "
+                                   "recorded on its own. 1 = a message per key. A reconciler "
+                                   "with a `rate_limit` always gets one per key.")
+    enqueue_window: float = _s(0.02, "While events stream in (less than this many seconds "
+                                     "apart), the watcher gathers keys this long before "
+                                     "enqueuing them together (fewer, fuller messages); an "
+                                     "isolated event is enqueued at once. 0 = never wait.")
     prepared_statements: bool = _s(True, "The work queue's statements are prepared once per "
                                          "database connection (server-side binding); off "
                                          "behind a connection pooler that cannot keep them "

@@ -11,7 +11,8 @@ records them as "worker lost"); a key never runs twice at once, and nothing is l
 A thread blocked inside C (a ``time.sleep``, a socket read without a timeout) only sees the
 soft-limit exception when it returns to Python, so such a run meets the hard limit instead.
 In the main thread (a prefork child, the solo pool, tests calling the runner) ``guard`` does
-nothing: there the pool, or nobody, enforces the deadline.
+nothing: there the pool, or nobody, enforces the deadline - except for a message carrying
+several keys (``everywhere``), whose keys each keep their own deadline.
 """
 
 from __future__ import annotations
@@ -54,10 +55,26 @@ def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
                                                ctypes.py_object(exc) if exc else None)
 
 
+_local = threading.local()
+
+
+@contextmanager
+def everywhere() -> Iterator[None]:
+    """Inside, ``guard`` holds the main thread too: a prefork child running a message of
+    several keys, where the pool's own limit is per message, not per key."""
+    _local.everywhere = True
+    try:
+        yield
+    finally:
+        _local.everywhere = False
+
+
 @contextmanager
 def guard(label: str, soft: float, hard: float) -> Iterator[None]:
-    """Hold the calling thread to ``soft``/``hard`` seconds from now (pool threads only)."""
-    if threading.current_thread() is threading.main_thread():
+    """Hold the calling thread to ``soft``/``hard`` seconds from now (pool threads only,
+    unless inside ``everywhere``)."""
+    if (threading.current_thread() is threading.main_thread()
+            and not getattr(_local, "everywhere", False)):
         yield
         return
     ident, now = threading.get_ident(), time.monotonic()

@@ -121,7 +121,8 @@ watch_errors_total = Counter(
     "operator_watch_errors_total", "Failed lists or watches of a resource stream",
     ["resource", "namespace"])
 messages_sent_total = Counter(
-    "operator_messages_sent_total", "Messages sent to the broker (one per dispatch)", ["name"])
+    "operator_messages_sent_total",
+    "Keys sent to the broker (one per dispatch; a message may carry several)", ["name"])
 messages_unsent_total = Counter(
     "operator_messages_unsent_total",
     "Messages the broker did not take (the reaper sends them again)", ["name"])

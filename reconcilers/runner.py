@@ -20,12 +20,12 @@ import logging
 import os
 import socket
 import time
-from typing import Callable
+from typing import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from django.db import close_old_connections, connection, transaction
 
-from . import cache, deadlines, history, kube, logs, metrics, workqueue
+from . import cache, deadlines, history, kube, logs, metrics, runpool, workqueue
 from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
@@ -118,16 +118,28 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
     except NotRegistered:
         cls = None
     limits = RunLimits.of(cls and cls.timeout)
-    close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire stale ones
-    claim = workqueue.claim(key, token, worker, limits.lease)
-    if claim is None:
-        metrics.messages_stale_total.labels(key.reconciler).inc()
-        return RunReport(dropped=True)
-    metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
-    with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
-                    trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
-                    task_id=task_id):
-        return _run_claimed(claim, cls, registry, worker, task_id)
+    with runpool.slot():
+        close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire old
+        claim = workqueue.claim(key, token, worker, limits.lease)
+        if claim is None:
+            metrics.messages_stale_total.labels(key.reconciler).inc()
+            return RunReport(dropped=True)
+        metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
+        with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
+                        trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
+                        task_id=task_id):
+            return _run_claimed(claim, cls, registry, worker, task_id)
+
+
+def run_many(items: Sequence[tuple[str, int]], *, registry: Registry | None = None,
+             worker: str | None = None) -> list[RunReport]:
+    """The ``(key, token)`` pairs of one message carrying several: each run as ``run`` runs a
+    message of its own - its own claim, deadline, record, and the task id its own message
+    would have had - at once where the process has run threads (``runpool``)."""
+    worker = worker or worker_identity()
+    return runpool.run_all(
+        lambda item: run(item[0], item[1], registry=registry, worker=worker,
+                         task_id=f"{item[0]}#{item[1]}"), items)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from celery import Task, bootsteps, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
@@ -26,7 +26,7 @@ from celery.worker import state
 from django import db
 
 from . import (capabilities, deadlines, history, metrics, probes, resync as resyncs, runner,
-               workqueue)
+               runpool, workqueue)
 from .conf import RunLimits, process_setting, settings
 from .registry import NotRegistered, registry
 
@@ -60,9 +60,13 @@ def _make_task(reconciler: str) -> Task:
     @shared_task(name=task_name(reconciler), bind=True, acks_late=True,
                  reject_on_worker_lost=True, ignore_result=True, rate_limit=rate_limit,
                  soft_time_limit=limits.soft, time_limit=limits.hard, typing=False)
-    def reconcile_key(self: Task, key: str, token: int) -> str:
-        report = runner.run(key, token, worker=f"{self.request.hostname}:{os.getpid()}",
-                            task_id=self.request.id or "")
+    def reconcile_key(self: Task, key: str = "", token: int = 0,
+                      keys: list[list] | None = None) -> str:
+        worker = f"{self.request.hostname}:{os.getpid()}"
+        if keys:  # a message carrying several keys (``workqueue.messages``)
+            reports = runner.run_many([(k, int(t)) for k, t in keys], worker=worker)
+            return ",".join("dropped" if r.dropped else r.outcome for r in reports)
+        report = runner.run(key, token, worker=worker, task_id=self.request.id or "")
         return "dropped" if report.dropped else report.outcome
 
     return reconcile_key
@@ -110,11 +114,34 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
         task, queue = task_for(name), registry.get_class(name).queue
     else:
         task, queue = reconcile_unregistered, None
+    kwargs = {"key": str(dispatch.key), "token": dispatch.token}
     task.apply_async(
-        kwargs={"key": str(dispatch.key), "token": dispatch.token}, task_id=task_id,
+        kwargs=kwargs, kwargsrepr=repr(kwargs), argsrepr="()", task_id=task_id,
         queue=queue or None, countdown=dispatch.countdown or None,
         headers={SENT_AT: time.time()}, retry=True, retry_policy=PUBLISH_RETRY,
         producer=getattr(_publishing, "producer", None))
+
+
+def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
+    """The work queue's sender for several keys of one reconciler: one message, unless the
+    reconciler has a ``rate_limit`` (Celery's token bucket counts messages, so each key keeps
+    its own) or is not registered here."""
+    name = dispatches[0].key.reconciler
+    cls = registry.get_class(name) if name in registry else None
+    if cls is None or cls.rate_limit:
+        for d in dispatches:
+            publish(d, workqueue.task_id(d.key, d.token))
+        return
+    # The prefork pool's limit is per message: each key keeps its own deadline inside
+    # (``deadlines.everywhere``); this one only stops a child past all of them.
+    hard = RunLimits.of(cls.timeout).hard
+    backstop = (len(dispatches) + 1) * hard
+    keys = [[str(d.key), d.token] for d in dispatches]
+    task_for(name).apply_async(
+        kwargs={"keys": keys}, kwargsrepr=f"{{'keys': <{len(keys)} keys>}}", argsrepr="()",
+        task_id=task_id, queue=cls.queue or None, soft_time_limit=backstop,
+        time_limit=backstop + hard, headers={SENT_AT: time.time()}, retry=True,
+        retry_policy=PUBLISH_RETRY, producer=getattr(_publishing, "producer", None))
 
 
 @shared_task(name="reconcilers.reap", ignore_result=True)
@@ -247,6 +274,13 @@ def _scraped(body: bytes) -> None:
         db.connection.close()  # each scrape has its own thread, and so its own connection
 
 
+def _size_run_pool(sender, **_) -> None:
+    """The thread pool's runs share the process: at most its concurrency at once, messages
+    carrying several keys included (``runpool``). Prefork children run them one by one."""
+    if sender.controller.pool_cls.__module__.endswith(".thread"):
+        runpool.configure(sender.controller.concurrency)
+
+
 def _child_exited(**_) -> None:
     metrics.process_exited(os.getpid())
 
@@ -256,11 +290,12 @@ def install() -> None:
     project's own ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
     for cls in registry:
         task_for(cls.name())
-    workqueue.set_sender(publish, publishing_batch)
+    workqueue.set_sender(publish, publishing_batch, many=publish_many)
     runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
                                f"{SoftTimeLimitExceeded.__qualname__}")
     deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's
     app = current_app
     app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
+    signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

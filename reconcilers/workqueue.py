@@ -13,7 +13,11 @@ surrounding transaction commits:
 
 Messages go through one sender, registered at start-up (``AppConfig.ready`` registers the
 Celery one), so this module knows nothing of Celery. Every message's task id is derived from
-key and token (``task_id``): one dispatch, one id, whether first try, retry or re-send.
+key and token (``task_id``): one dispatch, one id, whether first try, retry or re-send. When
+many keys of one reconciler are due at once (a relist, a stream of events), up to
+``RECONCILERS_KEYS_PER_MESSAGE`` of them share a message (one delivery, one ack); each is
+still claimed, run and recorded on its own, under its own id. A delayed dispatch (a retry, a
+debounced re-run) always has a message of its own.
 
 A message that cannot be sent (broker down) is only logged: the ledger already says
 "queued", and the reaper sends it again after ``redispatch_after``, so no key is lost.
@@ -34,22 +38,27 @@ from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped, Row
 from .vocab import Key
 
 __all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "Row", "add", "claim", "done",
-           "done_recorded", "pause", "reap", "send", "set_sender", "task_id", "forget_gone"]
+           "done_recorded", "messages", "pause", "reap", "send", "set_sender", "shared_task_id",
+           "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
 
 Sender = Callable[[Dispatch, str], None]
+ManySender = Callable[[Sequence[Dispatch], str], None]
 _sender: Sender | None = None
+_sender_many: ManySender | None = None
 _batch: Callable[[], ContextManager] = contextlib.nullcontext
 
 
-def set_sender(sender: Sender | None,
-               batch: Callable[[], ContextManager] | None = None) -> None:
-    """Install the function that publishes one message: ``sender(dispatch, task_id)``, and
+def set_sender(sender: Sender | None, batch: Callable[[], ContextManager] | None = None,
+               many: ManySender | None = None) -> None:
+    """Install the function that publishes one message: ``sender(dispatch, task_id)``;
     optionally ``batch()``: a context in which the sender's messages go to the broker together
-    when it ends (one round trip for a relist's or a burst's many)."""
-    global _sender, _batch
-    _sender, _batch = sender, batch or contextlib.nullcontext
+    when it ends (one round trip for a relist's or a burst's many); and ``many(dispatches,
+    task_id)``: one message for several keys of one reconciler (without it, each has its
+    own)."""
+    global _sender, _sender_many, _batch
+    _sender, _sender_many, _batch = sender, many, batch or contextlib.nullcontext
 
 
 def task_id(key: Key, token: int) -> str:
@@ -57,22 +66,53 @@ def task_id(key: Key, token: int) -> str:
     return f"{key}#{token}"
 
 
+def shared_task_id(dispatches: Sequence[Dispatch]) -> str:
+    """A message carrying several keys: its first key's id and how many more it carries."""
+    first = dispatches[0]
+    return f"{task_id(first.key, first.token)}+{len(dispatches) - 1}"
+
+
+def messages(dispatches: Sequence[Dispatch], per_message: int) -> list[list[Dispatch]]:
+    """Dispatches packed into messages: those due now, up to ``per_message`` of one
+    reconciler together; each delayed one alone (its countdown is its own)."""
+    out: list[list[Dispatch]] = []
+    open_: dict[str, list[Dispatch]] = {}
+    for d in dispatches:
+        if d.countdown or per_message <= 1:
+            out.append([d])
+            continue
+        current = open_.get(d.key.reconciler)
+        if current is None or len(current) >= per_message:
+            current = open_[d.key.reconciler] = []
+            out.append(current)
+        current.append(d)
+    return out
+
+
 def send(dispatches: Sequence[Dispatch]) -> int:
-    """Publish one message per dispatch now; returns how many the broker took."""
+    """Publish the dispatches now (several keys to a message where they can share one);
+    returns how many keys the broker took."""
     if dispatches and _sender is None:
         raise RuntimeError("no message sender is registered: is 'reconcilers' in "
                            "INSTALLED_APPS (its AppConfig.ready registers one)?")
+    per_message = settings().keys_per_message if _sender_many is not None else 1
     taken: list[Dispatch] = []
     try:
         with _batch() if len(dispatches) > 1 else contextlib.nullcontext():
-            for d in dispatches:
+            for message in messages(dispatches, per_message):
                 try:
-                    _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
-                    taken.append(d)
+                    if len(message) == 1:
+                        (d,) = message
+                        _sender(d, task_id(d.key, d.token))  # type: ignore[misc]
+                    else:
+                        _sender_many(message, shared_task_id(message))  # type: ignore[misc]
+                    taken.extend(message)
                 except Exception as exc:  # broker down: the reaper re-sends from the ledger
-                    metrics.messages_unsent_total.labels(d.key.reconciler).inc()
-                    log.error("could not send %s (token %s): %s; the reaper will retry",
-                              d.key, d.token, exc)
+                    for d in message:
+                        metrics.messages_unsent_total.labels(d.key.reconciler).inc()
+                    log.error("could not send %s (token %s)%s: %s; the reaper will retry",
+                              message[0].key, message[0].token,
+                              f" and {len(message) - 1} more" if len(message) > 1 else "", exc)
     except Exception as exc:  # the batch never reached the broker: none of it was sent
         for d in taken:
             metrics.messages_unsent_total.labels(d.key.reconciler).inc()

@@ -157,3 +157,31 @@ def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
     assert fast == orm
     assert fast["events"][0]["message"] == 'ünïcode "quoted"' and fast["generation"] is None
     assert WorkItem.objects.get(name="fast").state == "backoff"
+
+
+def test_keys_sharing_a_message_are_each_claimed_run_and_recorded_on_their_own(
+        kube, namespace, probe_crds, reg, redis_client):
+    """One message, several keys: a stale one is dropped, a failing one is retried alone,
+    and each run's record carries the id its own message would have had."""
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            if obj["spec"].get("fail"):
+                raise RuntimeError("this one fails")
+
+    for name in ("a", "b"):
+        make_probe(kube, namespace, name, value=1)
+    make_probe(kube, namespace, "bad", value=1, fail=True)
+    items = [enqueue(n, Probe.name(), namespace) for n in ("a", "bad", "b")]
+    stale = (items[0][0], items[0][1] + 1)  # a duplicate with a token the ledger never sent
+    reports = runner.run_many([*items, stale], registry=reg)
+    assert [r.outcome for r in reports] == ["success", "error", "success", ""]
+    assert reports[3].dropped
+    assert reports[1].follow_up is not None  # the failing key's retry, its own message
+    records = {r.name: r for r in ReconcileRecord.objects.all()}
+    assert set(records) == {"a", "bad", "b"}
+    assert {r.task_id for r in records.values()} == {f"{k}#{t}" for k, t in items}
+    assert {w.name: w.state for w in WorkItem.objects.all()} == {
+        "a": "idle", "b": "idle", "bad": "backoff"}

@@ -152,7 +152,7 @@ def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
     try:
         workqueue.add([key], "manual")
     finally:
-        workqueue.set_sender(tasks.publish, tasks.publishing_batch)
+        workqueue.set_sender(tasks.publish, tasks.publishing_batch, tasks.publish_many)
     WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
     for beat_task in (tasks.resync, tasks.resync, tasks.reap, tasks.reap):
         beat_task.delay()

@@ -21,6 +21,16 @@ def sent(monkeypatch):
     messages: list[tuple[Key, int, float | None, str]] = []
     monkeypatch.setattr(workqueue, "_sender",
                         lambda d, task_id: messages.append((d.key, d.token, d.countdown, task_id)))
+    monkeypatch.setattr(workqueue, "_sender_many", None)  # a message per key
+    return messages
+
+
+@pytest.fixture
+def shared(monkeypatch, sent):
+    """As ``sent``, plus messages carrying several keys: ``([(key, token), ...], task_id)``."""
+    messages: list[tuple[list[tuple[Key, int]], str]] = []
+    monkeypatch.setattr(workqueue, "_sender_many", lambda ds, task_id: messages.append(
+        ([(d.key, d.token) for d in ds], task_id)))
     return messages
 
 
@@ -91,6 +101,7 @@ def test_the_celery_sender_is_installed_by_the_app():
     from reconcilers import tasks
 
     assert workqueue._sender is tasks.publish
+    assert workqueue._sender_many is tasks.publish_many
 
 
 def test_many_messages_reach_the_broker_in_one_batch(redis_client):
@@ -128,3 +139,42 @@ def test_a_batch_the_broker_never_took_counts_as_unsent(monkeypatch, caplog, sen
     assert "could not send 3 messages" in caplog.text
     assert workqueue.send([workqueue.Dispatch(KEY, 1), workqueue.Dispatch(KEY, 2)]) == 0
     assert WorkItem.objects.filter(state="queued").count() == 3  # the reaper re-sends them
+
+
+def keys(*names: str, reconciler: str = KEY.reconciler) -> list[Key]:
+    return [Key(reconciler, "ns", n) for n in names]
+
+
+def test_keys_due_together_share_messages_up_to_the_limit_and_delays_go_alone():
+    other = Key("widgets.example.com", "ns", "w")
+    ds = [workqueue.Dispatch(k, 1) for k in keys("a", "b", "c", "d", "e")]
+    delayed = workqueue.Dispatch(Key(KEY.reconciler, "ns", "late"), 4, countdown=0.5)
+    packed = workqueue.messages([ds[0], delayed, ds[1], workqueue.Dispatch(other, 2), *ds[2:]],
+                                per_message=2)
+    assert packed == [[ds[0], ds[1]], [delayed], [workqueue.Dispatch(other, 2)],
+                      [ds[2], ds[3]], [ds[4]]]
+    assert workqueue.messages(ds, per_message=1) == [[d] for d in ds]
+
+
+def test_a_relist_sends_its_keys_in_shared_messages_each_key_once(sent, shared, settings):
+    settings.RECONCILERS_KEYS_PER_MESSAGE = 4
+    assert workqueue.add(keys(*"abcdefghij"), "added") == 10
+    assert [len(ks) for ks, _ in shared] == [4, 4, 2] and sent == []
+    carried = [k for ks, _ in shared for k in ks]
+    assert sorted(carried) == sorted((k, 1) for k in keys(*"abcdefghij"))
+    # The message's id names its first key's dispatch and how many more it carries.
+    assert [task_id for _, task_id in shared] == [
+        f"{ks[0][0]}#1+{len(ks) - 1}" for ks, _ in shared]
+    workqueue.add(keys("k"), "added")  # a single key still travels alone, under its own id
+    assert sent == [(keys("k")[0], 1, None, f"{keys('k')[0]}#1")]
+
+
+def test_a_shared_message_the_broker_refused_leaves_every_key_it_carried_to_the_reaper(
+        monkeypatch, sent, caplog, settings):
+    def down(ds, task_id):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(workqueue, "_sender_many", down)
+    assert workqueue.add(keys(*"abc"), "added") == 3  # queued in the ledger all the same
+    assert "and 2 more" in caplog.text and "the reaper will retry" in caplog.text
+    assert WorkItem.objects.filter(state="queued").count() == 3

@@ -43,6 +43,9 @@ def _settings_env(cfg) -> dict[str, str]:
                                   .replace("_", "-")[:50],
         # Opt-in experiments from the harness's own environment (see bench/settings.py).
         **{k: v for k, v in os.environ.items() if k.startswith("BENCH_EXPERIMENT_")},
+        # ... and any operator setting: BENCH_EXPERIMENT_RECONCILERS_X=v sets RECONCILERS_X=v.
+        **{k.removeprefix("BENCH_EXPERIMENT_"): v for k, v in os.environ.items()
+           if k.startswith("BENCH_EXPERIMENT_RECONCILERS_")},
     }
 
 

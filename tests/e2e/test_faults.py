@@ -84,3 +84,36 @@ def test_a_reconcile_ignoring_its_deadline_is_ended_and_its_key_freed(kube, oper
              "convergence once it respects its deadline")
     assert worker.popen.poll() is None  # prefork: Celery replaced the ended pool process
     assert_no_overlapping_runs(DEADLINE)
+
+
+@POOLS
+def test_keys_sharing_a_message_each_keep_their_own_deadline_and_record(kube, operator, pool):
+    """Objects that exist before the watcher starts are listed and enqueued together, so
+    their keys share a message (RECONCILERS_KEYS_PER_MESSAGE): one delivery for all, yet a
+    key that hangs is interrupted at its own deadline and recorded alone, and the others run
+    and are recorded under their own ids - at once in the thread pool, one after another in
+    a prefork child."""
+    import re
+
+    quick = [f"quick-{i}" for i in range(5)]
+    create(kube, operator.namespace, "hangs", group=GROUP, value=1, spin=30)
+    for name in quick:
+        create(kube, operator.namespace, name, group=GROUP, value=1)
+    operator.start_watcher(DEADLINE)
+    worker = operator.start_worker(pool=pool, concurrency=2)
+
+    wait_for(lambda: converged(kube, operator.namespace, quick, GROUP), 60, "the quick ones")
+    first = wait_for(lambda: records("hangs"), 30, "the hung run's record")[0]
+    assert first.error_message.startswith("run deadline of 2s exceeded")
+    assert 1.5 <= first.duration_ms / 1000 < 4  # its own soft limit, not the message's
+    # The worker did get them in one message: its id is the first key's and "+5 more".
+    assert re.search(r"\[[^\]]+#1\+5\] received", worker.log()), worker.log()[-3000:]
+    for name in quick:
+        (run,) = records(name)
+        assert run.outcome == "success" and run.task_id == f"{DEADLINE}:{operator.namespace}/{name}#1"
+
+    patch(kube, operator.namespace, "hangs", group=GROUP, spin=0)
+    wait_for(lambda: converged(kube, operator.namespace, ["hangs"], GROUP), 60,
+             "convergence once it no longer hangs")
+    assert worker.popen.poll() is None
+    assert_no_overlapping_runs(DEADLINE)

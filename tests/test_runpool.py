@@ -1,0 +1,106 @@
+"""How a worker process shares itself among the keys of one message (``runpool``): at most its
+concurrency at once on its run threads, and in the main thread (prefork, solo) one after
+another, each under its own deadline. Pure threading, no services."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from reconcilers import deadlines, runpool
+
+
+@pytest.fixture
+def pool():
+    yield runpool
+    runpool._slots = runpool._executor = None  # back to "not configured"
+
+
+def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_packed(pool):
+    pool.configure(2)
+    running, peak, lock = 0, 0, threading.Lock()
+
+    def run(item: int) -> int:
+        nonlocal running, peak
+        with pool.slot():
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            time.sleep(0.05)
+            with lock:
+                running -= 1
+        return item * 10
+
+    results: dict[str, list[int]] = {}
+
+    def message(name: str, items: list[int]) -> None:  # a Celery pool thread
+        results[name] = pool.run_all(run, items)
+
+    def single(name: str) -> None:  # a message of one key runs in its Celery thread
+        results[name] = [run(7)]
+
+    celery_threads = [threading.Thread(target=message, args=(n, list(range(i, i + 4))))
+                      for i, n in enumerate("abc")]
+    celery_threads += [threading.Thread(target=single, args=(n,)) for n in "de"]
+    for t in celery_threads:
+        t.start()
+    for t in celery_threads:
+        t.join(10)
+    assert results == {"a": [0, 10, 20, 30], "b": [10, 20, 30, 40], "c": [20, 30, 40, 50],
+                       "d": [70], "e": [70]}
+    assert peak == 2
+
+
+def test_every_key_of_a_message_runs_even_when_one_raises(pool):
+    pool.configure(2)
+    seen: list[int] = []
+
+    def run(item: int) -> int:
+        seen.append(item)
+        if item == 1:
+            raise ConnectionError("database went away")
+        return item
+
+    outcome: list[BaseException] = []
+    t = threading.Thread(target=lambda: outcome.extend(
+        _raised(lambda: pool.run_all(run, [0, 1, 2]))))
+    t.start()
+    t.join(10)
+    assert sorted(seen) == [0, 1, 2]
+    assert isinstance(outcome[0], ConnectionError)
+
+
+def _raised(fn) -> list[BaseException]:
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the test looks at it
+        return [exc]
+    return []
+
+
+def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(pool):
+    """A prefork child: the pool's limit covers the whole message, so each key's soft limit
+    is raised in the main thread by ``deadlines``."""
+    assert threading.current_thread() is threading.main_thread()
+    order: list[str] = []
+
+    def run(item: str) -> str:
+        order.append(item)
+        with deadlines.guard(item, soft=0.2, hard=5):
+            if item == "spins":
+                end = time.monotonic() + 3
+                try:
+                    while time.monotonic() < end:
+                        pass
+                except deadlines.soft_limit_error:
+                    return "interrupted"
+            return "done"
+
+    started = time.monotonic()
+    assert pool.run_all(run, ["quick", "spins", "after"]) == ["done", "interrupted", "done"]
+    assert order == ["quick", "spins", "after"]
+    assert time.monotonic() - started < 2
+    with deadlines.guard("outside a message", soft=0.05, hard=5):  # the pool's job again
+        time.sleep(0.2)
