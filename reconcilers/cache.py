@@ -208,10 +208,23 @@ def keep_synced(gvr: GVR, namespace: str | None) -> bool:
 def is_synced(gvr: GVR, namespace: str | None = None) -> bool:
     """Whether a miss in ``namespace`` means "deleted": its scope (or all namespaces) is
     listed. Without ``namespace``, only a stream of every namespace counts."""
+    return bool(get_redis().exists(*_synced_keys(gvr, namespace)))
+
+
+def _synced_keys(gvr: GVR, namespace: str | None) -> list[str]:
     keys = [_synced_key(gvr, None)]
     if namespace:
         keys.append(_synced_key(gvr, namespace))
-    return bool(get_redis().exists(*keys))
+    return keys
+
+
+def get_if_synced(gvr: GVR, namespace: str | None, name: str) -> tuple[bool, dict | None]:
+    """``(is_synced, get)`` in one round trip: what a run asks before every reconcile."""
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.exists(*_synced_keys(gvr, namespace))
+    pipe.hget(_objects_key(gvr), field(namespace, name))
+    synced, raw = pipe.execute()
+    return bool(synced), (json.loads(raw) if raw is not None else None)
 
 
 # --- the journal of changes not yet in the work queue -------------------------------------

@@ -17,13 +17,16 @@ whose process was stopped past its lease).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
+import threading
 import time
 from typing import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from django.db import close_old_connections, connection, transaction
+from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
+                       transaction)
 
 from . import cache, deadlines, history, kube, logs, metrics, runpool, workqueue
 from .conf import Backoff, RunLimits, settings
@@ -75,8 +78,9 @@ def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | 
     """The current object: from the cache once it is synced, else from the api-server."""
     gvr = cls.primary()
     namespace = key.namespace if gvr.namespaced else None
-    if cache.is_synced(gvr, namespace):
-        return cache.get(gvr, namespace, key.name)
+    synced, obj = cache.get_if_synced(gvr, namespace, key.name)
+    if synced:
+        return obj
     return kube.get_or_none(api, gvr.path(namespace, key.name))
 
 
@@ -119,8 +123,7 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
         cls = None
     limits = RunLimits.of(cls and cls.timeout)
     with runpool.slot():
-        close_old_connections()  # connections outlive tasks (CELERY_DB_REUSE_MAX): retire old
-        claim = workqueue.claim(key, token, worker, limits.lease)
+        claim = _claim(key, token, worker, limits.lease)
         if claim is None:
             metrics.messages_stale_total.labels(key.reconciler).inc()
             return RunReport(dropped=True)
@@ -140,6 +143,29 @@ def run_many(items: Sequence[tuple[str, int]], *, registry: Registry | None = No
     return runpool.run_all(
         lambda item: run(item[0], item[1], registry=registry, worker=worker,
                          task_id=f"{item[0]}#{item[1]}"), items)
+
+
+_checked = threading.local()
+CONNECTION_CHECK_EVERY = 1.0  # seconds
+
+
+def _claim(key: Key, token: int, worker: str, lease: float) -> Claim | None:
+    """``workqueue.claim`` on a sound connection. Connections outlive tasks
+    (``CELERY_DB_REUSE_MAX``), so old or broken ones are retired first - at most once a second
+    per thread: with ``CONN_HEALTH_CHECKS`` that costs a ``SELECT 1`` round trip, which once
+    per run was one per key. A connection broken since (a database restart) fails the claim,
+    which then runs once more on a new one."""
+    now = time.monotonic()
+    if now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
+        close_old_connections()
+        _checked.at = now
+    try:
+        return workqueue.claim(key, token, worker, lease)
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("%s: claim failed on a broken database connection (%s); retrying on a "
+                    "new one", key, exc)
+        connection.close()
+        return workqueue.claim(key, token, worker, lease)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,16 @@ def test_a_namespace_is_synced_by_its_own_list_or_by_a_list_of_all(redis_client)
     assert cache.is_synced(FOOS, "b") and cache.is_synced(FOOS)
 
 
+def test_a_run_reads_its_object_and_whether_a_miss_means_deleted_in_one_answer(redis_client):
+    cache.put_many(FOOS, [foo("a", "x")])
+    assert cache.get_if_synced(FOOS, "a", "x") == (False, foo("a", "x"))
+    assert cache.get_if_synced(FOOS, "a", "gone") == (False, None)  # not listed: ask the API
+    cache.mark_synced(FOOS, "a", "10")
+    assert cache.get_if_synced(FOOS, "a", "x") == (True, foo("a", "x"))
+    assert cache.get_if_synced(FOOS, "a", "gone") == (True, None)  # listed: deleted
+    assert cache.get_if_synced(FOOS, "b", "x") == (False, None)
+
+
 def test_a_redis_restart_empties_the_markers_too(redis_client):
     cache.mark_synced(FOOS, None, "11")
     redis_client.flushdb()

@@ -185,3 +185,25 @@ def test_keys_sharing_a_message_are_each_claimed_run_and_recorded_on_their_own(
     assert {r.task_id for r in records.values()} == {f"{k}#{t}" for k, t in items}
     assert {w.name: w.state for w in WorkItem.objects.all()} == {
         "a": "idle", "b": "idle", "bad": "backoff"}
+
+
+def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_client, caplog):
+    """Connections outlive runs and are checked at most once a second per thread; one that
+    PostgreSQL dropped in between (a restart) fails the claim, which is retried on a new
+    connection - the key runs now, not after the reaper's re-send."""
+    import psycopg
+    from django.db import connection
+
+    first = enqueue("before", "widgets.nowhere.example.com", "ns")
+    key, token = enqueue("after", "widgets.nowhere.example.com", "ns")
+    assert runner.run(*first, registry=Registry()).outcome == "permanent"  # checked just now
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"},
+                         autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    report = runner.run(key, token, registry=Registry())
+    assert report.outcome == "permanent" and not report.dropped
+    assert "retrying on a new one" in caplog.text
