@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--out", default=None, help="directory for the raw py-spy files")
+    parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--gil", action="store_true",
                         help="sample only threads holding the GIL: CPU in Python, not waits "
                              "(what matters for a thread-pool worker)")
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(2)
         pids = probes.tree(impl.roots())
         names = {p: Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:70] for p in pids}
-        spies = [subprocess.Popen([str(spy), "record", "-p", str(p), "-r", "100", "-f", "raw",
+        spies = [subprocess.Popen([str(spy), "record", "-p", str(p), "-r", str(args.rate), "-f", "raw",
                                    "-o", str(out / f"{p}.txt"), "--nonblocking",
                                    *(["--gil"] if args.gil else [])],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Mapping
@@ -63,20 +63,18 @@ def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
 
 
 _FIELDS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
-
-
-@functools.cache
-def _columns() -> tuple[tuple[str, str], ...]:
-    """(column, SQL type) of every field, once per process (a pool's threads may race to
-    compute it: each gets the same whole tuple)."""
-    return tuple((f.column, f.db_type(connection)) for f in _FIELDS)
+_COLUMNS = tuple(f.column for f in _FIELDS)
 
 
 def as_row(record: ReconcileRecord) -> Row:
-    """``record`` as the ledger inserts it with the run's finish: every column, each value
-    prepared by its field as ``save()`` would, typed explicitly."""
-    return Row(ReconcileRecord._meta.db_table, _columns(),
-               [f.get_db_prep_save(getattr(record, f.attname), connection) for f in _FIELDS])
+    """``record`` as the ledger inserts it with the run's finish: one JSON document of every
+    column (PostgreSQL types it by the table's row type), so the statement binds one value,
+    not one per column. Datetimes keep their microseconds, as ``save()`` would."""
+    values = {}
+    for f in _FIELDS:
+        value = getattr(record, f.attname)
+        values[f.column] = value.isoformat() if isinstance(value, datetime) else value
+    return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(values))
 
 
 def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:

@@ -46,11 +46,11 @@ class Dispatch(NamedTuple):
 
 class Row(NamedTuple):
     """A row to insert in the statement that finishes a run (its history record): the table,
-    ``(column, SQL type)`` pairs and the values, ready for the database."""
+    its columns, and their values as one JSON object (read as the table's row type)."""
 
     table: str
-    columns: Sequence[tuple[str, str]]
-    values: Sequence
+    columns: Sequence[str]
+    document: str
 
 
 class LeaseLost(Exception):
@@ -272,12 +272,15 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
               "token": claim_.token, "debounce": debounce}
     sql = update
     if record is not None:
-        names = ", ".join(f'"{c}"' for c, _ in record.columns)
-        values = ", ".join(f"%(v{i})s::{t}" for i, (_, t) in enumerate(record.columns))
-        params.update({f"v{i}": v for i, v in enumerate(record.values)})
+        names = ", ".join(f'"{c}"' for c in record.columns)
+        values = ", ".join(f'p."{c}"' for c in record.columns)
+        params["row"] = record.document
         sql = f"""
             WITH f AS ({update}),
-                 r AS (INSERT INTO {record.table} ({names}) SELECT {values} FROM f RETURNING id)
+                 r AS (INSERT INTO {record.table} ({names})
+                       SELECT {values} FROM f,
+                           jsonb_populate_record(NULL::{record.table}, %(row)s::jsonb) AS p
+                       RETURNING id)
             SELECT f.state, f.token, f.dispatched, r.id FROM f CROSS JOIN r
             """
     with _cursor() as cursor:
