@@ -70,12 +70,10 @@ class Enqueuer(threading.Thread):
                 first = self.queue.get(timeout=0.05)
             except queue.Empty:
                 continue
-            # Events streaming in: gather a moment, so their keys share statements and
-            # messages; an isolated event goes at once.
-            now = time.monotonic()
-            if now - last < window:
+            # An event soon after the last flush means events are streaming in: gather a
+            # moment, so their keys share statements and messages. An isolated one goes at once.
+            if time.monotonic() - last < window:
                 self.stop_event.wait(window)
-            last = now
             pending: dict[str, list[Key]] = defaultdict(list)
             changes: list[cache.Change] = []
             item: tuple[Key | None, Any] | None = first
@@ -91,6 +89,7 @@ class Enqueuer(threading.Thread):
                     break
             if self._flush(pending) and changes:
                 self._clear(changes)
+            last = time.monotonic()
 
     def _flush(self, pending: dict[str, list[Key]]) -> bool:
         """Enqueue, retrying while the database is down: the keys are already in the cache,

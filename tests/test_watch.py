@@ -77,6 +77,37 @@ def test_the_enqueuer_batches_what_waits(redis_client):
     assert enqueuer.batches <= 2
 
 
+def _batches_for_a_stream_of_events(window: float, prefix: str) -> int:
+    """Keys put one every 2 ms for 0.3 s, as a stream of watch events: how many batches."""
+    import time
+
+    from django.test import override_settings
+
+    from reconcilers.vocab import Key
+
+    stop = threading.Event()
+    with override_settings(RECONCILERS_ENQUEUE_WINDOW=window):
+        enqueuer = watch.Enqueuer(stop)
+        enqueuer.start()
+        for i in range(150):
+            enqueuer.put(Key("configmaps", "ns", f"{prefix}{i}"), "added")
+            time.sleep(0.002)
+    wait_for(lambda: WorkItem.objects.filter(name__startswith=prefix).count() == 150,
+             what="150 keys")
+    stop.set()
+    enqueuer.join(5)
+    return enqueuer.batches
+
+
+def test_a_stream_of_events_is_gathered_into_a_few_batches(
+        redis_client):
+    gathered = _batches_for_a_stream_of_events(0.02, "w")
+    at_once = _batches_for_a_stream_of_events(0, "n")
+    # ~0.3 s of events in 20 ms windows: about 15 batches, where each event (or whatever
+    # waited during the previous statement) was a batch of its own.
+    assert gathered <= 25 < at_once, (gathered, at_once)
+
+
 def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
         kube, namespace, redis_client, settings):
     """The watcher dies between the cache write and the ledger write; the next one recovers."""
