@@ -18,6 +18,7 @@ several keys (``everywhere``), whose keys each keep their own deadline.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import os
 import sys
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 # The exit status of a worker process ended because a run ignored its deadline.
 EXIT_DEADLINE = 70
 TICK = 0.05
+# Past the hard limit, well inside the lease (hard + 2 s): the backstop for a GIL held in C.
+BACKSTOP = 0.5
 
 
 @dataclass
@@ -79,12 +82,19 @@ def guard(label: str, soft: float, hard: float) -> Iterator[None]:
         return
     ident, now = threading.get_ident(), time.monotonic()
     run = _Run(label, now + soft, now + hard)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        # The pool's own kill comes only after the whole message: should user code hold the
+        # GIL in C past the hard limit (the watchdog needs it), a C timer ends the process.
+        faulthandler.dump_traceback_later(hard + BACKSTOP, exit=True)
     with _lock:
         _runs[ident] = run
         _ensure_watchdog()
     try:
         yield
     finally:
+        if in_main:
+            faulthandler.cancel_dump_traceback_later()
         with _lock:
             _runs.pop(ident, None)
             if run.signalled:

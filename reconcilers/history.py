@@ -72,7 +72,7 @@ def as_row(record: ReconcileRecord) -> Row:
     not one per column. Datetimes keep their microseconds, as ``save()`` would."""
     values = {}
     for f in _FIELDS:
-        value = getattr(record, f.attname)
+        value = f.get_prep_value(getattr(record, f.attname))  # e.g. 3.0 -> 3 for a bigint
         values[f.column] = value.isoformat() if isinstance(value, datetime) else value
     return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(values))
 

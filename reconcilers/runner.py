@@ -156,7 +156,9 @@ def _claim(key: Key, token: int, worker: str, lease: float) -> Claim | None:
     per run was one per key. A connection broken since (a database restart) fails the claim,
     which then runs once more on a new one."""
     now = time.monotonic()
-    if now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
+    suspect = connection.connection is not None and (
+        connection.errors_occurred or not connection.get_autocommit())  # left so by a run
+    if suspect or now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
         close_old_connections()
         _checked.at = now
     try:

@@ -187,15 +187,18 @@ def test_keys_sharing_a_message_are_each_claimed_run_and_recorded_on_their_own(
         "a": "idle", "b": "idle", "bad": "backoff"}
 
 
-def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_client, caplog):
+def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_client, caplog,
+                                                                       monkeypatch):
     """Connections outlive runs and are checked at most once a second per thread; one that
     PostgreSQL dropped in between (a restart) fails the claim, which is retried on a new
     connection - the key runs now, not after the reaper's re-send."""
     import psycopg
     from django.db import connection
 
+    monkeypatch.setattr(runner, "CONNECTION_CHECK_EVERY", 3600)  # however slow this machine
     first = enqueue("before", "widgets.nowhere.example.com", "ns")
     key, token = enqueue("after", "widgets.nowhere.example.com", "ns")
+    runner._checked.at = float("-inf")
     assert runner.run(*first, registry=Registry()).outcome == "permanent"  # checked just now
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
@@ -207,3 +210,23 @@ def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_cl
     report = runner.run(key, token, registry=Registry())
     assert report.outcome == "permanent" and not report.dropped
     assert "retrying on a new one" in caplog.text
+
+
+def test_a_runs_record_takes_values_as_its_columns_store_them():
+    """The finishing statement reads the record as the table's row type: a float
+    observedGeneration (3.0, as some clients write it) is stored as 3, as save() would."""
+    import json
+    from datetime import datetime, timezone
+
+    from reconcilers import history
+    from reconcilers.decision import Decision
+    from reconcilers.workqueue import Claim
+
+    claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
+                  triggers=["added"], audit_ids=[])
+    facts = history.RunFacts(started=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc),
+                             duration=0.5, obj={"metadata": {"generation": 3}},
+                             final={"status": {"observedGeneration": 3.0}})
+    row = json.loads(history.as_row(history.new_record(claim, Decision("success"), facts)).document)
+    assert row["observed_generation"] == 3 and isinstance(row["observed_generation"], int)
+    assert row["started_at"] == "2026-01-02T03:04:05.678901+00:00"  # microseconds kept

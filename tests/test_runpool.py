@@ -15,6 +15,8 @@ from reconcilers import deadlines, runpool
 @pytest.fixture
 def pool():
     yield runpool
+    if runpool._executor is not None:
+        runpool._executor.shutdown(wait=True)
     runpool._slots = runpool._executor = None  # back to "not configured"
 
 
@@ -104,3 +106,24 @@ def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(po
     assert time.monotonic() - started < 2
     with deadlines.guard("outside a message", soft=0.05, hard=5):  # the pool's job again
         time.sleep(0.2)
+
+
+def test_a_key_holding_the_gil_in_c_past_its_hard_limit_still_ends_the_process(tmp_path):
+    """In a prefork child the pool's own kill comes only after the whole message; a run
+    stuck in C with the GIL held (here a catastrophic regex) starves the watchdog thread, so a
+    C timer ends the process just past the hard limit - well inside the key's lease."""
+    import subprocess
+    import sys
+
+    script = (
+        "import re, time\n"
+        "from reconcilers import deadlines\n"
+        "with deadlines.everywhere(), deadlines.guard('stuck', soft=0.2, hard=0.5):\n"
+        "    re.match(r'(a+)+$', 'a' * 64 + 'b')\n"
+        "print('survived')\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode != 0 and "survived" not in done.stdout
+    assert "Timeout" in done.stderr  # faulthandler's traceback of the stuck thread
+    assert time.monotonic() - started < 10
