@@ -82,11 +82,7 @@ def guard(label: str, soft: float, hard: float) -> Iterator[None]:
         return
     ident, now = threading.get_ident(), time.monotonic()
     run = _Run(label, now + soft, now + hard)
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        # The pool's own kill comes only after the whole message: should user code hold the
-        # GIL in C past the hard limit (the watchdog needs it), a C timer ends the process.
-        faulthandler.dump_traceback_later(hard + BACKSTOP, exit=True)
+    in_main = threading.current_thread() is threading.main_thread() and _backstop(hard)
     with _lock:
         _runs[ident] = run
         _ensure_watchdog()
@@ -99,6 +95,19 @@ def guard(label: str, soft: float, hard: float) -> Iterator[None]:
             _runs.pop(ident, None)
             if run.signalled:
                 _raise_in(ident, None)  # one raised too late to land is cancelled
+
+
+def _backstop(hard: float) -> bool:
+    """The pool's own kill comes only after the whole message: should user code hold the GIL
+    in C past the hard limit (the watchdog needs it), a C timer ends the process. It writes
+    to the process's real stderr: a Celery worker's ``sys.stderr`` is a logging proxy."""
+    try:
+        faulthandler.dump_traceback_later(hard + BACKSTOP, exit=True,
+                                          file=sys.__stderr__ or sys.stderr)
+        return True
+    except Exception as exc:  # noqa: BLE001 - no usable stderr: the watchdog alone, as before
+        log.debug("no faulthandler backstop for the run deadline: %s", exc)
+        return False
 
 
 def _ensure_watchdog() -> None:
