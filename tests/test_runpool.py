@@ -127,3 +127,18 @@ def test_a_key_holding_the_gil_in_c_past_its_hard_limit_still_ends_the_process(t
     assert done.returncode != 0 and "survived" not in done.stdout
     assert "Timeout" in done.stderr  # faulthandler's traceback of the stuck thread
     assert time.monotonic() - started < 10
+
+
+def test_a_worker_whose_stderr_is_a_logging_proxy_keeps_its_deadlines(monkeypatch):
+    """Celery replaces a worker's sys.stderr with a logging proxy (no file descriptor): the
+    C-timer backstop writes to the real stderr, and a key still runs under its deadline."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # no fileno(), as Celery's proxy
+    with deadlines.everywhere():
+        with pytest.raises(deadlines.soft_limit_error):
+            with deadlines.guard("proxied", soft=0.1, hard=5):
+                end = time.monotonic() + 3
+                while time.monotonic() < end:
+                    pass
