@@ -481,19 +481,26 @@ class _Server(ThreadingMixIn, HTTPServer):
         super().finish_request(request, client_address)
 
 
-def serve(host: str, port: int, cert: Path, key: Path,
-          stop: threading.Event | None = None) -> None:
-    """HTTPS until ``stop`` is set (or for ever)."""
+def serve(host: str, port: int, cert: Path, key: Path, stop: threading.Event | None = None,
+          ready: Callable[[], None] | None = None) -> None:
+    """HTTPS until ``stop`` is set (or for ever). ``ready`` runs once the socket listens:
+    registering before that sends the api-server's first calls nowhere (and with
+    ``failurePolicy: Fail``, the writes they guard fail)."""
     server = _Server((host, port), _Handler)
-    server.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.context.minimum_version = ssl.TLSVersion.TLSv1_2
-    server.context.load_cert_chain(str(cert), str(key))
-    log.info("admission webhooks on https://%s:%d (/validate, /mutate, /convert)", host, port)
-    if stop is None:
-        server.serve_forever()
-        return
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    stop.wait()
-    server.shutdown()
-    server.server_close()
+    try:
+        server.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        server.context.load_cert_chain(str(cert), str(key))
+        if ready is not None:
+            ready()
+        log.info("admission webhooks on https://%s:%d (/validate, /mutate, /convert)", host,
+                 port)
+        if stop is None:
+            server.serve_forever()
+            return
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        stop.wait()
+        server.shutdown()
+    finally:
+        server.server_close()

@@ -169,12 +169,14 @@ class Command(BaseCommand):
         url = f"https://{_url_host(host[0])}:{port}" if host else ""
         previous: dict[str, dict] = {}
         later = None
-        try:
+
+        def listening() -> None:  # registered only once the api-server's calls can land
+            nonlocal later
             if register:
                 if options.get("only") != "admission":
-                    previous = webhooks.conversion_configs(
+                    previous.update(webhooks.conversion_configs(
                         kube.api_client(), [r._meta.crd_name for r in webhooks.hooked_resources()
-                                            if r._meta.converts])
+                                            if r._meta.converts]))
                 conversions = self._register(url=url, service=None, ca=ca, name=name,
                                              print=False, **options)
                 waiting = [(crd, patch) for crd, patch in conversions if crd not in previous]
@@ -184,7 +186,9 @@ class Command(BaseCommand):
                     later.start()
             self.stdout.write(f"webhooks on https://{bind}:{port} "
                               f"({len(webhooks.hooked_resources())} resource(s))")
-            webhooks.serve(bind, port, cert, key, stop=stop)
+
+        try:
+            webhooks.serve(bind, port, cert, key, stop=stop, ready=listening)
         finally:
             stop.set()
             if later is not None:
