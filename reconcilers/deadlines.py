@@ -82,14 +82,14 @@ def guard(label: str, soft: float, hard: float) -> Iterator[None]:
         return
     ident, now = threading.get_ident(), time.monotonic()
     run = _Run(label, now + soft, now + hard)
-    in_main = threading.current_thread() is threading.main_thread() and _backstop(hard)
+    backstop = threading.current_thread() is threading.main_thread() and _backstop(hard)
     with _lock:
         _runs[ident] = run
         _ensure_watchdog()
     try:
         yield
     finally:
-        if in_main:
+        if backstop:
             faulthandler.cancel_dump_traceback_later()
         with _lock:
             _runs.pop(ident, None)

@@ -142,7 +142,7 @@ def run_many(items: Sequence[tuple[str, int]], *, registry: Registry | None = No
     worker = worker or worker_identity()
     return runpool.run_all(
         lambda item: run(item[0], item[1], registry=registry, worker=worker,
-                         task_id=f"{item[0]}#{item[1]}"), items)
+                         task_id=workqueue.task_id(Key.parse(item[0]), item[1])), items)
 
 
 _checked = threading.local()

@@ -115,11 +115,7 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
     else:
         task, queue = reconcile_unregistered, None
     kwargs = {"key": str(dispatch.key), "token": dispatch.token}
-    task.apply_async(
-        kwargs=kwargs, kwargsrepr=repr(kwargs), argsrepr="()", task_id=task_id,
-        queue=queue or None, countdown=dispatch.countdown or None,
-        headers={SENT_AT: time.time()}, retry=True, retry_policy=PUBLISH_RETRY,
-        producer=getattr(_publishing, "producer", None))
+    _apply(task, kwargs, repr(kwargs), task_id, queue, countdown=dispatch.countdown or None)
 
 
 def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
@@ -137,11 +133,19 @@ def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None
     hard = RunLimits.of(cls.timeout).hard
     backstop = (len(dispatches) + 1) * hard
     keys = [[str(d.key), d.token] for d in dispatches]
-    task_for(name).apply_async(
-        kwargs={"keys": keys}, kwargsrepr=f"{{'keys': <{len(keys)} keys>}}", argsrepr="()",
-        task_id=task_id, queue=cls.queue or None, soft_time_limit=backstop,
-        time_limit=backstop + hard, headers={SENT_AT: time.time()}, retry=True,
-        retry_policy=PUBLISH_RETRY, producer=getattr(_publishing, "producer", None))
+    _apply(task_for(name), {"keys": keys}, f"{{'keys': <{len(keys)} keys>}}", task_id,
+           cls.queue, soft_time_limit=backstop, time_limit=backstop + hard)
+
+
+def _apply(task: Task, kwargs: dict, kwargsrepr: str, task_id: str, queue: str | None,
+           **options) -> None:
+    """Every message: stamped with its send time, retried briefly when Redis blinks, in the
+    open publishing batch if any, with its arguments' log form given (Celery's ``saferepr``
+    of them cost as much as the rest of the publish)."""
+    task.apply_async(
+        kwargs=kwargs, kwargsrepr=kwargsrepr, argsrepr="()", task_id=task_id,
+        queue=queue or None, headers={SENT_AT: time.time()}, retry=True,
+        retry_policy=PUBLISH_RETRY, producer=getattr(_publishing, "producer", None), **options)
 
 
 @shared_task(name="reconcilers.reap", ignore_result=True)
