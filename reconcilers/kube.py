@@ -17,10 +17,14 @@ import os
 import threading
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from . import kubeimport
 
-from .vocab import GVR
+kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: see there
+
+from kubernetes import client, config  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+from .vocab import GVR  # noqa: E402
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
