@@ -3,7 +3,8 @@
 Workers are separate processes, so client-go's in-memory Indexer becomes one Redis hash per
 watched resource (``operator:obj:<group>/<version>/<plural>``, field ``<namespace>/<name>``).
 ``operator:synced:<resource>:<namespace>`` (``*`` for a stream of every namespace) marks a
-scope whose initial list is complete: only then does a cache miss there mean "deleted".
+scope whose initial list is complete: only then does a cache miss there mean "deleted". It
+holds the resourceVersion the cache is at, so a restarted watcher resumes instead of listing.
 Indexes (``Index``) are sets per stream scope, ``operator:idx:<resource>:<scope>:<index>:<value>``
 of object fields, written in the same transaction as the objects; ``operator:indexes:<resource>:
 <scope>`` names the indexes that scope's watcher keeps. If
@@ -196,8 +197,29 @@ def expectations_met(name: str, present: set[str]) -> bool:
 SYNCED_TTL = 60
 
 
-def mark_synced(gvr: GVR, namespace: str | None, resource_version: str) -> None:
-    get_redis().set(_synced_key(gvr, namespace), resource_version, ex=SYNCED_TTL)
+def mark_synced(gvr: GVR, namespace: str | None, resource_version: str,
+                stream: str = "") -> None:
+    """The scope is listed. The marker holds where its stream stands (``<stream>
+    <resourceVersion>``, moved by ``advance``), for a successor to resume from."""
+    get_redis().set(_synced_key(gvr, namespace), f"{stream} {resource_version}", ex=SYNCED_TTL)
+
+
+def advance(gvr: GVR, namespace: str | None, resource_version: str, stream: str = "",
+            pipe: redis.client.Pipeline | None = None) -> None:
+    """Move the stream's position, in the transaction that applies the change to the cache:
+    the position never runs ahead of the cache or behind it. An expired marker stays expired."""
+    (pipe or get_redis()).set(_synced_key(gvr, namespace), f"{stream} {resource_version}",
+                              xx=True, keepttl=True)
+
+
+def resume_point(gvr: GVR, namespace: str | None, stream: str) -> str | None:
+    """The resourceVersion a watcher of the same ``stream`` (its cache scope) stopped at,
+    while its marker lives; None means list."""
+    raw = get_redis().get(_synced_key(gvr, namespace))
+    if raw is None:
+        return None
+    kept, _, resource_version = raw.decode().partition(" ")
+    return resource_version if kept == stream and resource_version else None
 
 
 def keep_synced(gvr: GVR, namespace: str | None) -> bool:

@@ -5,6 +5,12 @@ bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as the HTTP
 relist that reports what changed or vanished meanwhile; on any other error a reconnect with
 capped exponential backoff (0.1 s -> 30 s, jittered). It never exits on a transient error.
 
+Unlike client-go's in-memory store, the cache outlives the process: a watcher restarted while
+its predecessor's synced marker lives (``cache.SYNCED_TTL``), with the same cache scope,
+resumes the watch from the resourceVersion the cache is at (written with every change, in the
+same transaction) instead of listing everything again. If that version is too old, the
+api-server answers 410 and it relists after all.
+
 Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new,
 change)``), so whoever runs the key reads this version or a newer one; in the same Redis
 transaction it is journalled (``cache.journal``), so a watcher that dies before the keys reach
@@ -19,6 +25,7 @@ for a relist through ``relist_requested`` (e.g. after Redis lost the cache).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -65,6 +72,9 @@ class Reflector:
         self.resource_version = ""
         self._resp = None
         self._run_id = uuid.uuid4().hex[:12]  # makes each journal token unique
+        # What this stream caches: a successor resumes only a cache of the same scope.
+        self._stream = hashlib.sha256(repr((gvr.id, self.scope.selector, self.scope.fields,
+                                            self.scope.metadata_only)).encode()).hexdigest()[:16]
         self._changes = 0
         scope = (gvr.id, namespace or "")
         self._events = {t: metrics.watch_events_total.labels(*scope, t)
@@ -102,6 +112,8 @@ class Reflector:
         first = True
         while not self.stop_event.is_set():
             try:
+                if first and self.resume():
+                    first = False
                 if first or not self.resource_version or self.relist_requested.is_set():
                     self._relists["initial" if first else "requested"
                                   if self.relist_requested.is_set() else "expired"].inc()
@@ -127,6 +139,24 @@ class Reflector:
                 delay = min(delay * 2, 30.0)
         self._note("stopped")
         api.close()
+
+    def resume(self) -> bool:
+        """Take over the cache where the previous watcher of this scope left it, if its marker
+        still lives: what it knew is what the cache holds, and the watch goes on from its last
+        change. False: list."""
+        resource_version = cache.resume_point(self.gvr, self.namespace, self._stream)
+        if not resource_version:
+            return False
+        self.known = cache.objects(self.gvr, self.namespace)
+        if self.indexes:  # this watcher's index functions may differ from its predecessor's
+            pipe = cache.get_redis().pipeline(transaction=True)
+            self._refile_all(self.known, pipe)
+            pipe.execute()
+        self.resource_version = resource_version
+        log.info("%s: resuming the watch at resourceVersion %s (%d cached objects)",
+                 self.gvr.id, resource_version, len(self.known))
+        self._note("resumed")
+        return True
 
     def list(self, api, initial: bool = False) -> None:
         """Paginated LIST; replace this scope of the cache and report every difference."""
@@ -185,7 +215,7 @@ class Reflector:
             self.deliver(trigger, old, new, change)
         self.known = seen
         self.resource_version = rv
-        cache.mark_synced(self.gvr, self.namespace, rv)
+        cache.mark_synced(self.gvr, self.namespace, rv, self._stream)
         self._note("listed")
 
     def watch(self, api) -> None:
@@ -226,6 +256,7 @@ class Reflector:
             counter.inc()
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
+            cache.advance(self.gvr, self.namespace, self.resource_version, self._stream)
             return
         self._typed(obj)
         meta = obj["metadata"]
@@ -238,6 +269,8 @@ class Reflector:
             cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
             self._reindex(path, gone, None, pipe)
             cache.journal(change, pipe)
+            cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
+                          pipe)
             pipe.execute()
             self.known.pop(path, None)
             self.deliver(Trigger.DELETED, gone, None, change)
@@ -247,6 +280,8 @@ class Reflector:
             cache.put_many(self.gvr, [new], pipe)
             self._reindex(path, old, new, pipe)
             cache.journal(change, pipe)
+            cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
+                          pipe)
             pipe.execute()
             self.known[path] = new
             self.deliver(Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED, old, new,

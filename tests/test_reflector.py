@@ -11,7 +11,7 @@ from reconcilers import cache, kube
 from reconcilers.handlers import OWNED, Handler
 from reconcilers.reflector import Gone, Reflector
 from reconcilers.spec import Reconciler
-from reconcilers.vocab import GVR, Key
+from reconcilers.vocab import GVR, CacheScope, Key
 from tests.helpers import wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
@@ -168,3 +168,105 @@ def test_an_expired_continue_token_falls_back_to_one_unpaginated_list(
     assert queries[-1] == {}  # the last request asked for everything at once
     assert len(queries) == 3
     assert {f"cm{i}" for i in range(5)} <= set(sink.names("added"))
+
+
+def _run(r: Reflector) -> threading.Thread:
+    thread = threading.Thread(target=r.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop(r: Reflector, thread: threading.Thread) -> None:
+    r.abort()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def _lists(monkeypatch) -> list[dict]:
+    """The LIST requests made from now on (every GET of a collection without ``watch``)."""
+    real, lists = kube.request, []
+
+    def request(client, method, path, body=None, query=None, **kwargs):
+        if method == "GET" and "watch" not in (query or {}):
+            lists.append({"path": path, **(query or {})})
+        return real(client, method, path, body, query=query, **kwargs)
+
+    monkeypatch.setattr(kube, "request", request)
+    return lists
+
+
+def test_a_restarted_watcher_resumes_where_its_predecessor_stopped_without_listing(
+        api, namespace, redis_client, monkeypatch):
+    for name in ("kept", "changed", "removed"):
+        make_cm(api, namespace, name)
+    before = reflector(namespace, Recorder())
+    thread = _run(before)
+    wait_for(lambda: before.resource_version, 30, "the first list")
+    make_cm(api, namespace, "late")  # an event after the list: the position moves past it
+    wait_for(lambda: "%s/late" % namespace in before.known, 30, "the late object's event")
+    _stop(before, thread)
+
+    # While no watcher runs:
+    kube.request(api, "PUT", CONFIGMAPS.path(namespace, "changed"),
+                 {**kube.request(api, "GET", CONFIGMAPS.path(namespace, "changed")),
+                  "data": {"v": "2"}})
+    kube.request(api, "DELETE", CONFIGMAPS.path(namespace, "removed"))
+
+    lists = _lists(monkeypatch)
+    sink = Recorder()
+    after = reflector(namespace, sink)
+    thread = _run(after)
+    try:
+        wait_for(lambda: len(sink.changes) >= 2, 30, "the two changes made meanwhile")
+        threading.Event().wait(0.5)  # room for anything else it would wrongly report
+    finally:
+        _stop(after, thread)
+    assert lists == []
+    assert sink.names("modified") == ["changed"] and sink.names("deleted") == ["removed"]
+    assert len(sink.changes) == 2  # nothing the predecessor had already reported
+    (_, old, new), = [c for c in sink.changes if c[0] == "modified"]
+    assert (old["data"], new["data"]) == ({"v": "1"}, {"v": "2"})
+    assert cache.get(CONFIGMAPS, namespace, "removed") is None
+    assert cache.is_synced(CONFIGMAPS, namespace)
+
+
+@pytest.mark.parametrize("why", ["the marker expired", "the cache scope changed"])
+def test_a_watcher_lists_when_it_cannot_resume(api, namespace, redis_client, monkeypatch, why):
+    make_cm(api, namespace, "one")
+    before = reflector(namespace, Recorder())
+    thread = _run(before)
+    wait_for(lambda: before.resource_version, 30, "the first list")
+    _stop(before, thread)
+    if why == "the marker expired":
+        redis_client.delete(f"operator:synced:{CONFIGMAPS.id}:{namespace}")
+    lists = _lists(monkeypatch)
+    after = Reflector(CONFIGMAPS, namespace, Recorder(), threading.Event(),
+                      scope=CacheScope(metadata_only=why == "the cache scope changed"))
+    thread = _run(after)
+    try:
+        wait_for(lambda: after.resource_version, 30, "the list")
+    finally:
+        _stop(after, thread)
+    assert [q["path"] for q in lists] == [CONFIGMAPS.path(namespace)]
+
+
+def test_a_resume_point_too_old_for_the_api_server_relists(api, namespace, redis_client,
+                                                           monkeypatch):
+    make_cm(api, namespace, "one")
+    before = reflector(namespace, Recorder())
+    thread = _run(before)
+    wait_for(lambda: before.resource_version, 30, "the first list")
+    _stop(before, thread)
+    make_cm(api, namespace, "two")
+    # As after etcd compacted past it: "1" is long gone, the watch answers 410.
+    redis_client.set(f"operator:synced:{CONFIGMAPS.id}:{namespace}",
+                     f"{before._stream} 1", keepttl=True)
+    lists = _lists(monkeypatch)
+    sink = Recorder()
+    after = reflector(namespace, sink)
+    thread = _run(after)
+    try:
+        wait_for(lambda: "two" in sink.names("added"), 30, "the object made meanwhile")
+    finally:
+        _stop(after, thread)
+    assert len(lists) == 1 and sink.names("added") == ["two"]
