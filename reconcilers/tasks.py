@@ -107,6 +107,13 @@ def publishing_batch() -> Iterator[None]:
             _publishing.producer = None
 
 
+def connect_broker() -> None:
+    """Connect this process's producer to the broker and declare the default queue, as the
+    first message would."""
+    with current_app.producer_or_acquire() as producer:
+        producer.maybe_declare(current_app.amqp.queues[current_app.conf.task_default_queue])
+
+
 def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
     """The work queue's sender: one Celery message for one dispatch."""
     name = dispatch.key.reconciler
@@ -294,7 +301,7 @@ def install() -> None:
     project's own ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
     for cls in registry:
         task_for(cls.name())
-    workqueue.set_sender(publish, publishing_batch, many=publish_many)
+    workqueue.set_sender(publish, publishing_batch, many=publish_many, connect=connect_broker)
     runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
                                f"{SoftTimeLimitExceeded.__qualname__}")
     deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_KEY = "operator:heartbeat:watcher"
 
+_WAKE = object()  # put on the enqueuer's queue to make it look at its stop flag
+
 
 class Enqueuer(threading.Thread):
     """Drains keys into batched work-queue adds (one per trigger), then clears the journal
@@ -46,19 +48,29 @@ class Enqueuer(threading.Thread):
 
     def __init__(self, stop: threading.Event):
         super().__init__(daemon=True, name="enqueuer")
-        # (key, trigger), or (None, change): a change all of whose keys were put before it.
-        self.queue: queue.Queue[tuple[Key | None, Any]] = queue.Queue()
+        # (key, trigger), (None, change): a change all of whose keys were put before it, or
+        # _WAKE.
+        self.queue: queue.Queue = queue.Queue()
         self.stop_event = stop
         self.batches = 0
 
     def put(self, key: Key, trigger: str) -> None:
         self.queue.put((key, trigger))
 
+    def stop(self) -> None:
+        """Finish what is queued, then end (now, not at the next poll)."""
+        self.stop_event.set()
+        self.queue.put(_WAKE)
+
     def done(self, change: cache.Change) -> None:
         self.queue.put((None, change))
 
     def run(self) -> None:
         try:
+            try:
+                workqueue.connect()
+            except Exception as exc:  # the first add retries until they answer
+                log.warning("could not connect ahead of the first keys: %s", exc)
             self._drain_until_stopped()
         finally:
             connection.close()  # this thread's own database connection
@@ -70,19 +82,22 @@ class Enqueuer(threading.Thread):
                 first = self.queue.get(timeout=0.05)
             except queue.Empty:
                 continue
+            if first is _WAKE:
+                continue
             # An event soon after the last flush means events are streaming in: gather a
             # moment, so their keys share statements and messages. An isolated one goes at once.
             if time.monotonic() - last < window:
                 self.stop_event.wait(window)
             pending: dict[str, list[Key]] = defaultdict(list)
             changes: list[cache.Change] = []
-            item: tuple[Key | None, Any] | None = first
+            item = first
             for _ in range(10_000):
-                key, value = item
-                if key is None:
-                    changes.append(value)
-                else:
-                    pending[value].append(key)
+                if item is not _WAKE:
+                    key, value = item
+                    if key is None:
+                        changes.append(value)
+                    else:
+                        pending[value].append(key)
                 try:
                     item = self.queue.get_nowait()
                 except queue.Empty:
@@ -372,8 +387,9 @@ def heartbeat(identity: str) -> None:
 
 
 def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
-                health: Health | None = None) -> None:
-    """Run streams in threads until ``until()`` is true; heartbeat meanwhile."""
+                health: Health | None = None, wake: threading.Event | None = None) -> None:
+    """Run streams in threads until ``until()`` is true; heartbeat meanwhile. Setting
+    ``wake`` (the process's stop event) makes it look at once rather than at its next tick."""
     health = health or Health()
     health.streams = streams
     threads = [threading.Thread(target=s.run, daemon=True, name=f"stream:{s.gvr.id}")
@@ -394,7 +410,10 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
         for _ in range(20):
             if until():
                 break
-            time.sleep(0.05)
+            if wake is not None:
+                wake.wait(0.05)
+            else:
+                time.sleep(0.05)
     for s in streams:
         s.abort()
     for t in threads:

@@ -144,3 +144,34 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
         stop.set()
         enqueuer.join(5)
         api.close()
+
+
+def test_a_stopped_enqueuer_finishes_what_is_queued_then_ends(redis_client):
+    from reconcilers.vocab import Key
+
+    enqueuer = watch.Enqueuer(threading.Event())
+    for i in range(50):
+        enqueuer.put(Key("configmaps", "ns", f"last{i}"), "added")
+    enqueuer.stop()  # before it even started: the keys still reach the ledger
+    enqueuer.start()
+    enqueuer.join(10)
+    assert not enqueuer.is_alive()
+    assert WorkItem.objects.filter(name__startswith="last").count() == 50
+
+
+def test_the_enqueuer_opens_its_database_connection_before_the_first_keys(redis_client):
+    from django.db import connection
+
+    opened = []
+
+    def probe():
+        from reconcilers import workqueue
+
+        workqueue.connect()  # what the enqueuer's thread does first
+        opened.append(connection.connection is not None)
+        connection.close()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(30)
+    assert opened == [True]

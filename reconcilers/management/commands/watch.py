@@ -91,8 +91,9 @@ class Command(BaseCommand):
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and not elector.is_leader.is_set()), identity=identity,
-                health=health)
+                health=health, wake=stop)
             term.set()
+            enqueuer.stop()
             enqueuer.join(15)
         if campaign is not None:
             campaign.join(10)  # its Lease released, so a successor leads at once
