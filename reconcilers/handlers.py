@@ -112,13 +112,24 @@ class Router:
         self.put = put
         self.done = done
         self.skipped = 0
+        self._asked: tuple[Any, Any, list[Handler]] | None = None
+
+    def wants(self, old: dict | None, new: dict | None) -> bool:
+        """Whether any handler's predicates let this change through. The answer is kept for
+        the delivery of the same change that follows, so predicates run once per change."""
+        passing = [h for h in self.handlers if h.passes(old, new)]
+        self._asked = (old, new, passing)
+        return bool(passing)
 
     def __call__(self, trigger: str, old: dict | None, new: dict | None,
                  change: Any = None) -> None:
-        for handler in self.handlers:
-            if not handler.passes(old, new):
-                self.skipped += 1
-                continue
+        asked, self._asked = self._asked, None
+        if asked is not None and asked[0] is old and asked[1] is new:
+            passing = asked[2]
+        else:
+            passing = [h for h in self.handlers if h.passes(old, new)]
+        self.skipped += len(self.handlers) - len(passing)
+        for handler in passing:
             trig = TRIGGERS.get(handler.role, trigger)
             for key in handler.keys_for(old, new):
                 self.put(key, trig)

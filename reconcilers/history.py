@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Any, Mapping
 
 from django.db import connection
 from django.utils import timezone
@@ -41,40 +41,57 @@ def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
     return record
 
 
-def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
-    """The run's record, not saved yet."""
+def new_values(claim: Claim, decision: Decision, facts: RunFacts) -> dict[str, Any]:
+    """The run's record as its columns store it: every column, each value of the column's
+    type (what ``save()`` would write), a generation that is no integer as none. Built
+    without a model instance: this is on every run's path."""
     meta = (facts.obj or {}).get("metadata") or {}
     status = (facts.final or facts.obj or {}).get("status") or {}
     if not isinstance(status, Mapping):
         status = {}
-    return ReconcileRecord(
-        reconciler=claim.key.reconciler, namespace=claim.key.namespace, name=claim.key.name,
-        uid=meta.get("uid", ""), triggers=claim.triggers, attempt=claim.attempts + 1,
-        started_at=facts.started, finished_at=facts.started + timedelta(seconds=facts.duration),
-        duration_ms=facts.duration * 1000, outcome=decision.outcome,
-        requeue_after=decision.delay, error_class=decision.error_class,
-        error_message=decision.error_message, traceback=decision.traceback,
-        resource_version=meta.get("resourceVersion", ""), generation=meta.get("generation"),
-        worker=facts.worker, task_id=facts.task_id, audit_ids=claim.audit_ids,
-        events=facts.events, conditions=status.get("conditions") or [],
-        observed_generation=status.get("observedGeneration"), phase=facts.phase,
-        capabilities=facts.capabilities,
-    )
+    return {
+        "reconciler": claim.key.reconciler, "namespace": claim.key.namespace,
+        "name": claim.key.name, "uid": str(meta.get("uid") or ""),
+        "triggers": list(claim.triggers), "attempt": claim.attempts + 1,
+        "started_at": facts.started,
+        "finished_at": facts.started + timedelta(seconds=facts.duration),
+        "duration_ms": facts.duration * 1000.0, "outcome": decision.outcome,
+        "requeue_after": None if decision.delay is None else float(decision.delay),
+        "error_class": decision.error_class, "error_message": decision.error_message,
+        "traceback": decision.traceback,
+        "resource_version": str(meta.get("resourceVersion") or ""),
+        "generation": _integer(meta.get("generation")), "worker": facts.worker,
+        "task_id": facts.task_id, "audit_ids": list(claim.audit_ids), "events": facts.events,
+        "conditions": status.get("conditions") or [],
+        "capabilities": facts.capabilities,
+        "observed_generation": _integer(status.get("observedGeneration")),
+        "phase": facts.phase,
+    }
 
 
-_FIELDS = [f for f in ReconcileRecord._meta.concrete_fields if not f.primary_key]
-_COLUMNS = tuple(f.column for f in _FIELDS)
+def _integer(value: Any) -> int | None:
+    """A bigint column's value: 3.0 (as some clients write a generation) is 3."""
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
-def as_row(record: ReconcileRecord) -> Row:
-    """``record`` as the ledger inserts it with the run's finish: one JSON document of every
-    column (PostgreSQL types it by the table's row type), so the statement binds one value,
-    not one per column. Datetimes keep their microseconds, as ``save()`` would."""
-    values = {}
-    for f in _FIELDS:
-        value = f.get_prep_value(getattr(record, f.attname))  # e.g. 3.0 -> 3 for a bigint
-        values[f.column] = value.isoformat() if isinstance(value, datetime) else value
-    return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(values))
+def new_record(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
+    """The run's record, not saved yet."""
+    return ReconcileRecord(**new_values(claim, decision, facts))
+
+
+_COLUMNS = tuple(f.column for f in ReconcileRecord._meta.concrete_fields if not f.primary_key)
+
+
+def as_row(values: Mapping[str, Any]) -> Row:
+    """``new_values`` as the ledger inserts them with the run's finish: one JSON document of
+    every column (PostgreSQL types it by the table's row type), so the statement binds one
+    value, not one per column. Datetimes keep their microseconds, as ``save()`` would."""
+    document = {c: values[c].isoformat() if isinstance(values[c], datetime) else values[c]
+                for c in _COLUMNS}
+    return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(document))
 
 
 def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:

@@ -40,6 +40,10 @@ from .vocab import GVR, CacheScope, Index, object_path, split_object_path
 
 log = logging.getLogger(__name__)
 
+# wants(old, new): whether a watch event's change may concern any reconciler (its predicates
+# pass); one that cannot is cached but not journalled, and delivered with ``change=None``.
+Wants = Callable[["dict | None", "dict | None"], bool]
+
 # deliver(trigger, old, new, change): ``change`` is the journal entry to clear once the
 # change's keys are in the ledger.
 Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
@@ -58,11 +62,12 @@ class Reflector:
 
     def __init__(self, gvr: GVR, namespace: str | None, deliver: Deliver,
                  stop: threading.Event, status=None, indexes: Mapping[str, Index] | None = None,
-                 scope: CacheScope = CacheScope()):
+                 scope: CacheScope = CacheScope(), wants: Wants | None = None):
         self.gvr, self.namespace = gvr, namespace
         self.indexes = dict(indexes or {})
         self.scope = scope
         self.deliver = deliver
+        self.wants = wants
         self.stop_event = stop
         self.status = status  # a watch.StreamStatus, or None
         self.relist_requested = threading.Event()
@@ -265,10 +270,11 @@ class Reflector:
         pipe = cache.get_redis().pipeline(transaction=True)
         if kind == "DELETED":
             gone = old or cache.sanitize(obj)
-            change = self._change(path, gone, True)
+            change = self._change(path, gone, True) if self._wanted(gone, None) else None
             cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
             self._reindex(path, gone, None, pipe)
-            cache.journal(change, pipe)
+            if change is not None:
+                cache.journal(change, pipe)
             cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
                           pipe)
             pipe.execute()
@@ -276,10 +282,11 @@ class Reflector:
             self.deliver(Trigger.DELETED, gone, None, change)
         else:
             new = cache.sanitize(obj)
-            change = self._change(path, new, False)
+            change = self._change(path, new, False) if self._wanted(old, new) else None
             cache.put_many(self.gvr, [new], pipe)
             self._reindex(path, old, new, pipe)
-            cache.journal(change, pipe)
+            if change is not None:
+                cache.journal(change, pipe)
             cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
                           pipe)
             pipe.execute()
@@ -288,6 +295,11 @@ class Reflector:
                          change)
         self.resource_version = rv or self.resource_version
         self._note("event")
+
+    def _wanted(self, old: dict | None, new: dict | None) -> bool:
+        """Whether to journal this change: a change no reconciler's predicates let through
+        (say, a status write when only generations count) has no keys to lose."""
+        return self.wants is None or self.wants(old, new)
 
     def _selectors(self) -> dict:
         out = {}

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
                        transaction)
@@ -255,13 +256,13 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
 
     Usually one statement does both (``workqueue.done_recorded``); a run that proves a
     capability criterion for the first time also writes that evidence, in a transaction."""
-    record = history.new_record(claim, decision, facts)
-    evidence = bool(new_evidence(record, claim.attempts))
+    values = history.new_values(claim, decision, facts)
+    evidence = bool(new_evidence(SimpleNamespace(**values), claim.attempts))
     for attempt in range(3):
         try:
             if not evidence:
                 follow_up, record_id = workqueue.done_recorded(claim, decision, debounce,
-                                                               history.as_row(record))
+                                                               history.as_row(values))
                 return record_id, follow_up
             with transaction.atomic():
                 record = history.record_run(claim, decision, facts)

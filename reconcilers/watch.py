@@ -214,7 +214,7 @@ class Stream:
         self.router = Router(handlers, enqueuer.put, enqueuer.done)
         self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
         self.reflector = Reflector(gvr, namespace, self.router, stop, self.status,
-                                   indexes=indexes, scope=scope)
+                                   indexes=indexes, scope=scope, wants=self.router.wants)
 
     def run(self) -> None:
         try:

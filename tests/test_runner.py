@@ -144,7 +144,7 @@ def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
 
     claim, decision, facts = run_once("fast")
     _, record_id = ledger.finish_recorded(claim, decision, 300, 0.0,
-                                          history.as_row(history.new_record(claim, decision,
+                                          history.as_row(history.new_values(claim, decision,
                                                                             facts)))
     claim2, decision2, facts2 = run_once("orm")
     saved = history.record_run(claim2, decision2, facts2)
@@ -227,6 +227,24 @@ def test_a_runs_record_takes_values_as_its_columns_store_them():
     facts = history.RunFacts(started=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc),
                              duration=0.5, obj={"metadata": {"generation": 3}},
                              final={"status": {"observedGeneration": 3.0}})
-    row = json.loads(history.as_row(history.new_record(claim, Decision("success"), facts)).document)
+    row = json.loads(history.as_row(history.new_values(claim, Decision("success"), facts)).document)
     assert row["observed_generation"] == 3 and isinstance(row["observed_generation"], int)
     assert row["started_at"] == "2026-01-02T03:04:05.678901+00:00"  # microseconds kept
+
+
+def test_a_generation_that_is_no_integer_is_recorded_as_none_not_a_failed_finish():
+    """A malformed object's status must not stop its run from being recorded."""
+    from datetime import datetime, timezone
+
+    from reconcilers import history
+    from reconcilers.decision import Decision
+    from reconcilers.workqueue import Claim
+
+    claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
+                  triggers=["added"], audit_ids=[])
+    facts = history.RunFacts(started=datetime(2026, 1, 2, tzinfo=timezone.utc), duration=0.1,
+                             obj={"metadata": {"generation": "two"}},
+                             final={"status": {"observedGeneration": {"not": "a number"}}})
+    values = history.new_values(claim, Decision("success"), facts)
+    assert (values["generation"], values["observed_generation"]) == (None, None)
+    assert history.new_record(claim, Decision("success"), facts).generation is None

@@ -175,3 +175,47 @@ def test_the_enqueuer_opens_its_database_connection_before_the_first_keys(redis_
     thread.start()
     thread.join(30)
     assert opened == [True]
+
+
+def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
+        kube, namespace, redis_client, settings, monkeypatch):
+    """Only a change that may become keys needs the journal: a status write a reconciler's
+    predicates ignore costs the cache write alone (no journal entry, nothing to clear)."""
+    from reconcilers import kube as door
+    from reconcilers.predicates import generation_changed
+
+    class OnlyGenerations(Reconciler):
+        version, kind = "v1", "ConfigMap"
+        predicates = [generation_changed]
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    api = door.new_api_client()
+    body = {"metadata": {"name": "a", "labels": {"v": "1"}}}
+    door.request(api, "POST", CONFIGMAPS.path(namespace), body)
+    stop = threading.Event()
+    enqueuer = watch.Enqueuer(stop)  # never started: what it was handed stays visible
+    (stream,) = watch.build_streams([OnlyGenerations], enqueuer, stop)
+    journalled = []
+    real_journal = cache.journal
+
+    def journal(change, pipe):
+        if change.path == f"{namespace}/a":  # not the namespace's kube-root-ca.crt
+            journalled.append(change.path)
+        real_journal(change, pipe)
+
+    monkeypatch.setattr(cache, "journal", journal)
+    try:
+        stream.reflector.list(api, initial=True)  # a list journals what it finds, as before
+        assert journalled == [f"{namespace}/a"]
+        labelled = door.request(api, "PUT", CONFIGMAPS.path(namespace, "a"),
+                                {**door.request(api, "GET", CONFIGMAPS.path(namespace, "a")),
+                                 "metadata": {**body["metadata"], "labels": {"v": "2"}}})
+        stream.reflector.handle({"type": "MODIFIED", "object": labelled})  # generation kept
+        assert cache.get(CONFIGMAPS, namespace, "a")["metadata"]["labels"] == {"v": "2"}
+        assert journalled == [f"{namespace}/a"]
+        door.request(api, "DELETE", CONFIGMAPS.path(namespace, "a"))
+        stream.reflector.handle({"type": "DELETED", "object": labelled})  # deletions pass
+        assert journalled == [f"{namespace}/a", f"{namespace}/a"]
+        assert stream.router.skipped == 1
+    finally:
+        api.close()
