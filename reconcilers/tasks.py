@@ -25,8 +25,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker import state
 from django import db
 
-from . import (capabilities, deadlines, heap, history, metrics, probes, resync as resyncs,
-               runner, runpool, workqueue)
+from . import (capabilities, deadlines, history, metrics, probes, resync as resyncs, runner,
+               runpool, workqueue)
 from .conf import RunLimits, process_setting, settings
 from .registry import NotRegistered, registry
 
@@ -309,6 +309,4 @@ def install() -> None:
     app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
-    signals.worker_ready.connect(heap.freeze_startup_heap, weak=False)
-    signals.worker_process_init.connect(heap.freeze_startup_heap, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

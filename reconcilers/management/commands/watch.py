@@ -12,7 +12,7 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import crds, heap, leader, periodic, probes, tasks, watch
+from reconcilers import crds, leader, periodic, probes, tasks, watch
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -42,7 +42,6 @@ class Command(BaseCommand):
         unknown = [n for n in names if n not in registry]
         if unknown:
             raise CommandError(f"unknown reconciler(s) {unknown}; registered: {registry.names()}")
-        heap.freeze_startup_heap()
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
