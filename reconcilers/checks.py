@@ -8,8 +8,11 @@ from django.core.checks import Error, Warning, register
 from .conf import settings
 from .registry import registry
 
+# The tag of these checks: what ``manage.py watch`` runs before it starts (``--tag reconcilers``).
+TAG = "reconcilers"
 
-@register()
+
+@register(TAG)
 def check_retry_delays(app_configs, **kwargs):
     errors = []
     visibility = (getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}).get(
@@ -37,7 +40,7 @@ def _database_engine() -> str:
     return django_settings.DATABASES.get("default", {}).get("ENGINE", "")
 
 
-@register()
+@register(TAG)
 def check_services(app_configs, **kwargs):
     """What the app needs of the project it is installed in."""
     errors = []
@@ -55,7 +58,7 @@ def check_services(app_configs, **kwargs):
     return errors
 
 
-@register()
+@register(TAG)
 def check_reconcilers(app_configs, **kwargs):
     errors = []
     for cls in registry:

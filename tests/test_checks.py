@@ -49,3 +49,20 @@ def test_a_debounce_that_is_not_a_usable_delay_is_an_error(monkeypatch):
     assert [(e.id, e.obj) for e in errors] == [("reconcilers.E012", Negative),
                                                ("reconcilers.E012", Text)]
     assert "from 0 to RECONCILERS_MAX_COUNTDOWN" in errors[0].msg
+
+
+def test_the_watcher_refuses_to_start_on_a_failed_check():
+    """From the command line the watcher runs the framework's checks (only those and the
+    models', not the web role's) and exits with the check's message."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {**os.environ, "RECONCILERS_REDISPATCH_AFTER": "0",
+           "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings")}
+    proc = subprocess.run([sys.executable, "manage.py", "watch"], env=env, cwd=settings.BASE_DIR,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "reconcilers.E002" in proc.stderr and "RECONCILERS_REDISPATCH_AFTER" in proc.stderr

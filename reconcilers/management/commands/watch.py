@@ -12,7 +12,7 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import crds, leader, periodic, probes, tasks, watch
+from reconcilers import checks, crds, leader, periodic, probes, tasks, watch
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -21,6 +21,9 @@ from reconcilers.runner import worker_identity
 
 class Command(BaseCommand):
     help = __doc__.splitlines()[0]
+    # What a watcher depends on: the framework's own checks and the models'. The rest (URLs,
+    # admin, templates: ~15 ms) concern the web role, and would delay a restarted watcher.
+    requires_system_checks = [checks.TAG, "models"]
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("reconcilers", nargs="*", help="only these (default: all)")
