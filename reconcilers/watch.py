@@ -141,8 +141,10 @@ class Enqueuer(threading.Thread):
 
 class StreamStatus:
     """Counters and health of one stream, written to ``WatchStream`` rows (at most every 5 s
-    unless something important happened). Fed by the reflector's thread; ``save`` may also be
-    called by the supervising thread to flush a quiet stream."""
+    unless something important happened, then at the next tick). Fed by the reflector's thread
+    in memory only; the supervising thread (``run_streams``) writes them, so a stream never
+    waits for PostgreSQL - a restarted watcher's stream waited ~20 ms for its first row (its
+    thread's own new connection) before reading its first event."""
 
     def __init__(self, gvr: GVR, handlers: list[Handler], holder: str,
                  skipped: Callable[[], int]):
@@ -153,6 +155,7 @@ class StreamStatus:
         self.connected = False
         self.last_error = ""
         self._listed = False
+        self._due = False  # something important happened: write at the next save()
         self._last_write = 0.0
         self._lock = threading.Lock()
 
@@ -174,13 +177,15 @@ class StreamStatus:
             self._listed = True
         elif what == "stopped":
             self.connected = False
-        self.save(force=force)
+        if force:
+            self._due = True
 
     def save(self, force: bool = False) -> None:
         now = time.monotonic()
         with self._lock:
-            if not force and now - self._last_write < 5:
+            if not (force or self._due) and now - self._last_write < 5:
                 return
+            self._due = False
             self._last_write = now
             values = {"connected": self.connected, "holder": self.holder,
                       "resource_version": self.resource_version, "events": self.events,
@@ -220,7 +225,7 @@ class Stream:
         try:
             self.reflector.run()
         finally:
-            connection.close()  # the status rows were written from this thread
+            connection.close()  # one a Watches map function may have opened in this thread
 
     def abort(self) -> None:
         self.reflector.abort()
@@ -418,6 +423,8 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
         s.abort()
     for t in threads:
         t.join(15)
+    for s in streams:
+        s.status.save()  # how each stream ended
     health.streams = []
     connection.close()
 
