@@ -67,15 +67,3 @@ def test_a_synced_marker_expires_unless_its_watcher_keeps_it(redis_client):
     assert cache.keep_synced(FOOS, "a")
     redis_client.delete(f"operator:synced:{FOOS.id}:a")
     assert not cache.keep_synced(FOOS, "a")  # gone: the watcher must relist
-
-
-def test_redis_replies_are_parsed_by_hiredis(redis_client):
-    """The C parser and packer are installed with the framework: in pure Python they were a
-    sixth of the watcher's CPU."""
-    from redis._parsers import _HiredisParser
-
-    connection = cache.get_redis().connection_pool.get_connection()
-    try:
-        assert isinstance(connection._parser, _HiredisParser)
-    finally:
-        cache.get_redis().connection_pool.release(connection)
