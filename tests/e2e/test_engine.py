@@ -47,13 +47,19 @@ def get(kube, ns: str, name: str, group: str = GROUP) -> dict | None:
 
 
 def converged(kube, ns: str, names, group: str = GROUP) -> bool:
+    """Each object's status reports its latest spec and no run of it is queued or in flight.
+
+    The status is written during a run and its history row at the run's end, so a status alone
+    does not mean the run that wrote it is recorded yet."""
     for name in names:
         obj = get(kube, ns, name, group)
         status = (obj or {}).get("status") or {}
         if obj is None or status.get("value") != obj["spec"].get("value") or \
                 status.get("observedGeneration") != obj["metadata"]["generation"]:
             return False
-    return True
+    # Read after the statuses: a run that wrote one of them has ended if none is in flight now.
+    return not WorkItem.objects.filter(reconciler=f"{PLURAL}.{group}", namespace=ns,
+                                       name__in=names, state__in=["queued", "running"]).exists()
 
 
 def assert_no_overlapping_runs(reconciler: str = PROBE) -> int:
