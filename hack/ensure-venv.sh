@@ -17,4 +17,26 @@ if ! "$python" -m venv --help >/dev/null 2>&1 || ! "$python" -c 'import ensurepi
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+# pip only adds: a package the lock has dropped since would stay, and some change what others do
+# by being there (redis-py uses hiredis's parser whenever hiredis is importable). Remove them.
+.venv/bin/python - <<'PY'
+import re
+import subprocess
+import sys
+from importlib.metadata import distributions
+
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+locked = {norm(re.split(r"[=<>;\s\[]", line, maxsplit=1)[0])
+          for line in open("requirements-dev.lock") if re.match(r"[A-Za-z0-9]", line)}
+keep = locked | {"pip", "setuptools", "wheel", "django-crd-operator"}
+extra = sorted({norm(d.metadata["Name"]) for d in distributions()} - keep)
+if extra:
+    print("removing packages the lock no longer names:", " ".join(extra))
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *extra],
+                   check=True)
+PY
 rm -f .venv/.lock-* && touch "$stamp"
