@@ -267,32 +267,28 @@ class Reflector:
         meta = obj["metadata"]
         path = object_path(meta.get("namespace"), meta["name"])
         old = self.known.get(path)
+        # One transaction per event: the object (or its removal), its index entries, the
+        # journalled change and the stream's position land together or not at all.
         pipe = cache.get_redis().pipeline(transaction=True)
         if kind == "DELETED":
-            gone = old or cache.sanitize(obj)
-            change = self._change(path, gone, True) if self._wanted(gone, None) else None
+            trigger, old, new = Trigger.DELETED, old or cache.sanitize(obj), None
+            change = self._change(path, old, True) if self._wanted(old, None) else None
             cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
-            self._reindex(path, gone, None, pipe)
-            if change is not None:
-                cache.journal(change, pipe)
-            cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
-                          pipe)
-            pipe.execute()
-            self.known.pop(path, None)
-            self.deliver(Trigger.DELETED, gone, None, change)
         else:
+            trigger = Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED
             new = cache.sanitize(obj)
             change = self._change(path, new, False) if self._wanted(old, new) else None
             cache.put_many(self.gvr, [new], pipe)
-            self._reindex(path, old, new, pipe)
-            if change is not None:
-                cache.journal(change, pipe)
-            cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream,
-                          pipe)
-            pipe.execute()
+        self._reindex(path, old, new, pipe)
+        if change is not None:
+            cache.journal(change, pipe)
+        cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream, pipe)
+        pipe.execute()
+        if new is None:
+            self.known.pop(path, None)
+        else:
             self.known[path] = new
-            self.deliver(Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED, old, new,
-                         change)
+        self.deliver(trigger, old, new, change)
         self.resource_version = rv or self.resource_version
         self._note("event")
 
