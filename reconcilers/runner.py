@@ -22,7 +22,8 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
@@ -131,8 +132,30 @@ def run(key_text: str, token: int, *, registry: Registry | None = None,
         metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
         with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
                         trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
-                        task_id=task_id):
+                        task_id=task_id), _in_progress(key.reconciler):
             return _run_claimed(claim, cls, registry, worker, task_id)
+
+
+_running: dict[str, int] = {}
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _in_progress(reconciler: str) -> Iterator[None]:
+    with _running_lock:
+        _running[reconciler] = _running.get(reconciler, 0) + 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running[reconciler] -= 1
+
+
+def in_progress() -> dict[str, int]:
+    """Runs of this process between their claim and their finish, by reconciler: in a thread-
+    pool worker, what its workers are doing (a message may carry several keys, run at once)."""
+    with _running_lock:
+        return dict(_running)
 
 
 def run_many(items: Sequence[tuple[str, int]], *, registry: Registry | None = None,

@@ -40,6 +40,11 @@ def configure(size: int) -> None:
         old.shutdown(wait=False)
 
 
+def configured() -> bool:
+    """Whether this process runs keys on run threads (a thread-pool worker)."""
+    return _executor is not None
+
+
 @contextmanager
 def slot() -> Iterator[None]:
     """Held for the whole of one run (claim to record)."""

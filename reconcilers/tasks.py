@@ -255,10 +255,15 @@ class WorkerProbes:
 
     def gauges(self) -> list[tuple[str, str, list[str], list]]:
         active: dict[str, int] = {cls.name(): 0 for cls in registry}
-        for request in list(state.active_requests):
-            name = request.task_name.partition(":")[2]
-            if request.task_name.startswith("reconcile:") and name in active:
-                active[name] += 1
+        if runpool.configured():  # the runs are this process's threads: count keys
+            for name, n in runner.in_progress().items():
+                if name in active:
+                    active[name] = n
+        else:  # a prefork child runs one key at a time: count the messages it was given
+            for request in list(state.active_requests):
+                name = request.task_name.partition(":")[2]
+                if request.task_name.startswith("reconcile:") and name in active:
+                    active[name] += 1
         concurrency = self.consumer.controller.concurrency
         return [
             ("controller_runtime_max_concurrent_reconciles",

@@ -160,6 +160,38 @@ def _the_dashboard_asks_only_for_what_is_exported(scraped: set[str]) -> None:
     assert queried - scraped - declared == set()
 
 
+def test_a_thread_pool_worker_counts_the_keys_it_runs_not_the_messages(operator, kube):
+    """``controller_runtime_active_workers`` of a thread-pool worker: three objects listed
+    together share one message and run at once on three run threads - three workers busy,
+    not one - and none once they are done."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(kube)
+    names = [f"slow-{i}" for i in range(3)]
+    for name in names:  # before the watcher starts: listed and enqueued together
+        _probe(api, operator.namespace, name, {"value": 1, "sleep": 3})
+    port = _free_port()
+    operator.env["OPERATOR_WORKER_HTTP_PORT"] = str(port)
+    operator.start_watcher(PROBE)
+    worker = operator.start_worker(concurrency=4, pool="threads")
+    seen: list[float] = []
+
+    def three_at_once() -> None:
+        seen.append(_value(_samples(port), "controller_runtime_active_workers",
+                           controller=PROBE))
+        assert seen[-1] == 3, seen
+
+    _eventually(three_at_once, timeout=30)
+    assert "+2] received" in worker.log()  # one message carried the three keys
+
+    def done() -> None:
+        assert ReconcileRecord.objects.filter(name__in=names, outcome="success").count() == 3
+        assert _value(_samples(port), "controller_runtime_active_workers",
+                      controller=PROBE) == 0
+
+    _eventually(done, timeout=30)
+
+
 def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(operator, stack):
     from django.db import connections
 
