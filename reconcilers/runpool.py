@@ -53,6 +53,16 @@ def slot() -> Iterator[None]:
         yield
 
 
+def on_run_thread(fn: Callable[[], R]) -> R:
+    """``fn()`` on a run thread where this process has them (a message of one key, as the keys
+    of one carrying several), so only run threads ever hold a database connection: a thread-
+    pool worker holds at most its concurrency, not twice that. Elsewhere, here and now."""
+    executor = _executor
+    if executor is None or threading.current_thread() is threading.main_thread():
+        return fn()
+    return executor.submit(fn).result()
+
+
 def run_all(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``fn`` over ``items`` as this process runs keys; results in order. Every item runs
     even when an earlier one raised; the first exception is raised at the end."""
