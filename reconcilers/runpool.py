@@ -5,9 +5,10 @@ delivery and one ack for all of them. Each key is still claimed, run and recorde
 as if it had a message of its own; this module only decides where those runs happen:
 
 - In Celery's thread pool (``configure`` was called with its concurrency) they run at once on
-  the process's run threads, and every run - a single key's in its Celery thread as well as a
-  shared message's keys here - holds one of ``size`` slots: a process never runs more keys at
-  once than its concurrency, however its messages were packed.
+  the process's run threads - a message of one key too (``on_run_thread``), so Celery's own
+  threads only wait and never hold a database connection - and every run holds one of
+  ``size`` slots: a process never runs more keys at once than its concurrency, however its
+  messages were packed.
 - Where the pool runs tasks in the main thread (a prefork child, the solo pool) they run one
   after another, each under its own deadline (``deadlines.everywhere``): the pool's own limit
   is per message.
