@@ -133,6 +133,36 @@ class RssSampler(threading.Thread):
         self.join(5)
 
 
+def established_ports(pids: list[int], port: int) -> list[int]:
+    """Local ports of the established TCP connections these processes hold to ``port`` on the
+    other end (the api-server's, PostgreSQL's), from ``/proc``."""
+    inodes = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(fd_dir / fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            local, remote, state, inode = f[1], f[2], f[3], f[9]
+            if inode in inodes and state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+                ports.append(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
 def memory_of(roots: list[int]) -> dict:
     pids = tree(roots)
     return {"rss_kb": sum(rss_kb(p) for p in pids), "pss_kb": sum(pss_kb(p) for p in pids),

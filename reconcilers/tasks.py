@@ -66,10 +66,7 @@ def _make_task(reconciler: str) -> Task:
         if keys:  # a message carrying several keys (``workqueue.messages``)
             reports = runner.run_many([(k, int(t)) for k, t in keys], worker=worker)
             return ",".join("dropped" if r.dropped else r.outcome for r in reports)
-        task_id = self.request.id or ""
-        report = runpool.on_run_thread(
-            lambda: runner.run(key, token, worker=worker, task_id=task_id))
-        return "dropped" if report.dropped else report.outcome
+        return _run_alone(key, token, worker, self.request.id or "")
 
     return reconcile_key
 
@@ -89,7 +86,12 @@ def reconcile_unregistered(self: Task, key: str, token: int) -> str:
     """A key of a reconciler this process does not know (removed from the code, or a typo in
     a manual resync): the runner records it as permanent instead of Celery dropping it as an
     unregistered task, which would leave the key queued for ever."""
-    worker, task_id = f"{self.request.hostname}:{os.getpid()}", self.request.id or ""
+    return _run_alone(key, token, f"{self.request.hostname}:{os.getpid()}",
+                      self.request.id or "")
+
+
+def _run_alone(key: str, token: int, worker: str, task_id: str) -> str:
+    """A message carrying one key: run on a run thread where the process has them."""
     report = runpool.on_run_thread(
         lambda: runner.run(key, token, worker=worker, task_id=task_id))
     return "dropped" if report.dropped else report.outcome

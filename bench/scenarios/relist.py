@@ -17,10 +17,8 @@ has started for 3 s; the canary's own run is not counted.
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import time
-from pathlib import Path
 
 from .. import probes, workload
 from ..impls.base import Impl
@@ -30,37 +28,8 @@ from .common import Harness, Meter, measured_run
 VALUE = 3
 
 
-def _api_ports(pids: list[int], api_port: int) -> list[int]:
-    """Local ports of the established TCP connections these processes hold to the api-server."""
-    inodes = set()
-    for pid in pids:
-        fd_dir = Path(f"/proc/{pid}/fd")
-        try:
-            for fd in os.listdir(fd_dir):
-                try:
-                    target = os.readlink(fd_dir / fd)
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    ports = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            local, remote, state, inode = f[1], f[2], f[3], f[9]
-            if inode in inodes and state == "01" and int(remote.rsplit(":", 1)[1], 16) == api_port:
-                ports.append(int(local.rsplit(":", 1)[1], 16))
-    return ports
-
-
 def drop_connections(impl: Impl, api_port: int) -> int:
-    ports = _api_ports(probes.tree(impl.roots()), api_port)
+    ports = probes.established_ports(probes.tree(impl.roots()), api_port)
     for port in ports:
         subprocess.run(["ss", "-K", "-t", "src", f"127.0.0.1:{port}",
                         "dst", f"127.0.0.1:{api_port}"], capture_output=True)

@@ -336,35 +336,14 @@ def test_a_database_outage_loses_no_events(kube, namespace, operator, stack):
         assert proc.popen.poll() is None, f"{proc.name} died during the outage"
 
 
-def _database_connections(pid: int, port: int) -> int:
-    """Established TCP connections process ``pid`` holds to PostgreSQL on ``port``."""
-    import os
-    from pathlib import Path
-
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if fields[3] == "01" and remote_port == port and fields[9] in inodes:
-                count += 1
-    return count
-
-
 def test_a_thread_pool_worker_holds_no_more_database_connections_than_its_concurrency(
         kube, namespace, operator):
     """Messages of one key and messages of several both run on the worker's run threads, so
     only those hold connections: at most its concurrency (and one for the main thread's
     start-up work), not one per Celery thread on top."""
     from django.db import connection
+
+    from bench.probes import established_ports
 
     for name in ("listed-0", "listed-1"):  # listed together: one message of two keys
         create(kube, namespace, name, value=1, sleep=0.5)
@@ -377,5 +356,5 @@ def test_a_thread_pool_worker_holds_no_more_database_connections_than_its_concur
     wait_for(lambda: converged(kube, namespace, ["single-0", "single-1"]), 60)
     assert "+1] received" in worker.log()  # the listed two shared a message
     port = int(connection.settings_dict["PORT"])
-    held = _database_connections(worker.pid, port)
+    held = len(established_ports([worker.pid], port))
     assert 1 <= held <= 2 + 1, f"{held} connections for a concurrency of 2"
