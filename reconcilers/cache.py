@@ -17,7 +17,6 @@ data of a Secret.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -25,12 +24,13 @@ from typing import Iterable, Mapping
 import redis
 from django.conf import settings
 
+from .once import per_process
 from .vocab import GVR, object_path
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-@functools.lru_cache(maxsize=None)
+@per_process
 def _client_for(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
                                 health_check_interval=30)

@@ -139,5 +139,9 @@ def _end_process(run: _Run) -> None:
             handler.flush()
         except Exception:  # noqa: BLE001 - nothing may stop the exit
             pass
+    try:  # where the run was stuck (and every other thread), for whoever reads the log
+        faulthandler.dump_traceback(file=sys.__stderr__ or sys.stderr, all_threads=True)
+    except Exception:  # noqa: BLE001 - nothing may stop the exit
+        pass
     sys.stderr.flush()
     os._exit(EXIT_DEADLINE)

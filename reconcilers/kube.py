@@ -10,11 +10,9 @@ resources below, never from string building elsewhere.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import threading
 from typing import Any
 
 from . import kubeimport
@@ -24,6 +22,7 @@ kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: 
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from .once import per_process  # noqa: E402
 from .vocab import GVR  # noqa: E402
 
 JSON = "application/json"
@@ -43,9 +42,6 @@ CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomRes
 MAX_RETRY_AFTER = 600.0
 
 ApiClient = client.ApiClient
-
-_lock = threading.Lock()
-
 
 class ApiError(ApiException):
     """A refused api-server call, classified. A subclass of the client's ``ApiException``, so
@@ -105,7 +101,7 @@ def _retry_after(value: str | None) -> float | None:
     return min(seconds, MAX_RETRY_AFTER)
 
 
-@functools.lru_cache(maxsize=None)
+@per_process
 def _configuration(kubeconfig: str | None) -> client.Configuration:
     cfg = client.Configuration()
     if kubeconfig:
@@ -120,11 +116,10 @@ def api_client() -> client.ApiClient:
     return _shared_client(os.environ.get("KUBECONFIG") or None, os.getpid())
 
 
-@functools.lru_cache(maxsize=None)
+@per_process
 def _shared_client(kubeconfig: str | None, pid: int) -> client.ApiClient:
     # Keyed by pid: a prefork Celery child must not reuse its parent's connection pool.
-    with _lock:
-        return client.ApiClient(_configuration(kubeconfig))
+    return client.ApiClient(_configuration(kubeconfig))
 
 
 def new_api_client() -> client.ApiClient:

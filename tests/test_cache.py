@@ -67,3 +67,46 @@ def test_a_synced_marker_expires_unless_its_watcher_keeps_it(redis_client):
     assert cache.keep_synced(FOOS, "a")
     redis_client.delete(f"operator:synced:{FOOS.id}:a")
     assert not cache.keep_synced(FOOS, "a")  # gone: the watcher must relist
+
+
+def test_threads_starting_at_once_share_one_client_whose_connections_no_one_closes(
+        redis_client, settings, monkeypatch):
+    """A thread-pool worker's first runs start together, each asking for the process's client.
+    Two clients made at once, one replaced in the memo, closed their pool when the replaced
+    one was dropped - connections of it still in use included: a run's pipeline then read from
+    a closed buffer ("I/O operation on closed file") or hung past its deadline."""
+    import threading
+
+    import redis
+
+    settings.REDIS_URL = f"{settings.REDIS_URL}?client_name=first-use-race"
+    threads = 4
+    made, all_asking = [], threading.Barrier(threads, timeout=5)
+    from_url = redis.Redis.from_url
+
+    def slow_from_url(*args, **kwargs):
+        made.append(1)
+        try:
+            all_asking.wait()  # every thread is making one now, if each makes its own
+        except threading.BrokenBarrierError:
+            pass
+        return from_url(*args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "from_url", slow_from_url)
+    got, errors = [], []
+
+    def first_read():
+        try:
+            client = cache.get_redis()
+            got.append(client)
+            cache.get_if_synced(FOOS, "a", "x")
+        except Exception as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=first_read) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(10)
+    assert not errors
+    assert len(made) == 1 and len({id(c) for c in got}) == 1 and cache.get_redis() is got[0]
