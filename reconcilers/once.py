@@ -10,26 +10,33 @@ on a closed buffer or hangs. Here the first caller makes it under a lock and the
 from __future__ import annotations
 
 import functools
+import os
 import threading
-from typing import Callable, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
 T = TypeVar("T")
 
 
-def per_process(make: Callable[..., T]) -> Callable[..., T]:
+class per_process(Generic[T]):  # noqa: N801 - used as a decorator, named like one
     """``make(*args)`` once per distinct ``args`` (hashable); every caller gets that one."""
-    made: dict[tuple[Hashable, ...], T] = {}
-    lock = threading.Lock()
 
-    @functools.wraps(make)
-    def get(*args: Hashable) -> T:
+    def __init__(self, make: Callable[..., T]) -> None:
+        self.make = make
+        self.made: dict[tuple[Hashable, ...], T] = {}
+        self.lock = threading.Lock()
+        functools.update_wrapper(self, make)
+        # A child forked while another thread held the lock would otherwise wait for ever.
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Hashable) -> T:
         try:
-            return made[args]
+            return self.made[args]
         except KeyError:
             pass
-        with lock:
-            if args not in made:
-                made[args] = make(*args)
-            return made[args]
-
-    return get
+        with self.lock:
+            if args not in self.made:
+                self.made[args] = self.make(*args)
+            return self.made[args]
