@@ -43,6 +43,7 @@ MAX_RETRY_AFTER = 600.0
 
 ApiClient = client.ApiClient
 
+
 class ApiError(ApiException):
     """A refused api-server call, classified. A subclass of the client's ``ApiException``, so
     code written against the official client keeps catching it."""
