@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reconcilers import cache
 from reconcilers.vocab import GVR
+from tests.helpers import in_threads, made_together
 
 SECRETS = GVR.of("v1", "Secret")
 FOOS = GVR.of("example.com/v1", "Foo")
@@ -75,40 +76,19 @@ def test_threads_starting_at_once_share_one_client_whose_connections_no_one_clos
     Two clients made at once, one replaced in the memo, closed their pool when the replaced
     one was dropped - connections of it still in use included: a run's pipeline then read from
     a closed buffer ("I/O operation on closed file") or hung past its deadline."""
-    import threading
-
     import redis
 
     settings.REDIS_URL = f"{settings.REDIS_URL}?client_name=first-use-race"
-    threads = 4
-    made, all_asking = [], threading.Barrier(threads, timeout=5)
-    from_url = redis.Redis.from_url
-
-    def slow_from_url(*args, **kwargs):
-        made.append(1)
-        try:
-            all_asking.wait()  # every thread is making one now, if each makes its own
-        except threading.BrokenBarrierError:
-            pass
-        return from_url(*args, **kwargs)
-
+    slow_from_url, made = made_together(redis.Redis.from_url, 4)
     monkeypatch.setattr(redis.Redis, "from_url", slow_from_url)
-    got, errors = [], []
 
     def first_read():
-        try:
-            client = cache.get_redis()
-            got.append(client)
-            cache.get_if_synced(FOOS, "a", "x")
-        except Exception as exc:
-            errors.append(exc)
+        client = cache.get_redis()
+        cache.get_if_synced(FOOS, "a", "x")
+        return client
 
-    workers = [threading.Thread(target=first_read) for _ in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(10)
-    assert not errors
+    got = in_threads(first_read, 4)
+    assert not [r for r in got if isinstance(r, Exception)], got
     assert len(made) == 1 and len({id(c) for c in got}) == 1 and cache.get_redis() is got[0]
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from reconcilers import kube
 from reconcilers.vocab import GVR
+from tests.helpers import in_threads, made_together
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 
@@ -75,30 +76,12 @@ def test_a_retry_after_header_is_read_and_bounded():
 def test_threads_starting_at_once_share_one_client(stack, monkeypatch, tmp_path):
     """The process's client is made once, however many run threads ask for it first at once."""
     import shutil
-    import threading
 
     kubeconfig = tmp_path / "kubeconfig"  # a path of its own: a client not made before
     shutil.copy(stack.kubeconfig, kubeconfig)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    threads = 4
-    made, all_asking = [], threading.Barrier(threads, timeout=5)
-    real = kube.client.ApiClient
-
-    def slow_client(*args, **kwargs):
-        made.append(1)
-        try:
-            all_asking.wait()
-        except threading.BrokenBarrierError:
-            pass
-        return real(*args, **kwargs)
-
+    slow_client, made = made_together(kube.client.ApiClient, 4)
     monkeypatch.setattr(kube.client, "ApiClient", slow_client)
-    got = []
-    workers = [threading.Thread(target=lambda: got.append(kube.api_client()))
-               for _ in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(10)
+    got = in_threads(kube.api_client, 4)
     assert len(made) == 1 and len({id(c) for c in got}) == 1 and kube.api_client() is got[0]
     assert kube.version(got[0])["major"]
