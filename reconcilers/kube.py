@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from functools import partial
 from typing import Any
 
 from . import kubeimport
@@ -22,6 +23,7 @@ kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: 
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from . import transport  # noqa: E402
 from .once import per_process  # noqa: E402
 from .vocab import GVR  # noqa: E402
 
@@ -41,7 +43,27 @@ CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomRes
 # A server may ask for any Retry-After; past this it is a misconfiguration, not advice.
 MAX_RETRY_AFTER = 600.0
 
-ApiClient = client.ApiClient
+class ApiClient(client.ApiClient):
+    """The official client, with this project's transport beside it (``transport.py``) for the
+    calls that return one body; ``None`` where only the official path will do."""
+
+    def __init__(self, configuration: client.Configuration | None = None):
+        super().__init__(configuration)
+        self.transport = transport.Transport.of(self.configuration, self.default_headers,
+                                                partial(_credentials, self.configuration))
+
+    def close(self) -> None:
+        lean = getattr(self, "transport", None)  # absent if __init__ failed
+        if lean is not None:
+            lean.close()
+        super().close()
+
+
+def _credentials(configuration: client.Configuration) -> dict[str, str]:
+    """The headers ``ApiClient.update_params_for_auth`` would set, asked for per request: the
+    configuration's refresh hook (in-cluster token files, exec plugins) runs there."""
+    return {s["key"]: s["value"] for s in configuration.auth_settings().values()
+            if s["in"] == "header" and s["value"]}
 
 
 class ApiError(ApiException):
@@ -57,18 +79,33 @@ class ApiError(ApiException):
 
     @classmethod
     def from_exception(cls, exc: ApiException) -> "ApiError":
-        reason, message = exc.reason or "", ""
-        body: Any = exc.body
-        if isinstance(body, (bytes, str)) and body:
+        headers = exc.headers or {}
+        return cls._of(exc.status or 0, exc.reason or "", exc.body, headers,
+                       headers.get("Retry-After"))
+
+    @classmethod
+    def from_response(cls, response: transport.Response) -> "ApiError":
+        return cls._of(response.status, response.reason, response.body, response.headers,
+                       response.headers.get("retry-after"))
+
+    @classmethod
+    def _of(cls, status: int, reason: str, body: Any, headers: Any,
+            retry_after: str | None) -> "ApiError":
+        """The api-server's ``Status`` object, when the body is one, names the reason and
+        says what went wrong."""
+        message = ""
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        if isinstance(text, str) and text:
             try:
-                status_obj = json.loads(body)
+                status_obj = json.loads(text)
                 reason = status_obj.get("reason", reason) or reason
                 message = status_obj.get("message", "") or ""
             except (ValueError, AttributeError):
-                message = body if isinstance(body, str) else body.decode(errors="replace")
-        headers = exc.headers or {}
-        return cls(status=exc.status or 0, reason=reason, message=message or str(reason),
-                   retry_after=_retry_after(headers.get("Retry-After")), headers=headers)
+                message = text
+        error = cls(status=status, reason=reason, message=message or str(reason),
+                    retry_after=_retry_after(retry_after), headers=headers)
+        error.body = text
+        return error
 
     @property
     def gone(self) -> bool:
@@ -112,20 +149,20 @@ def _configuration(kubeconfig: str | None) -> client.Configuration:
     return cfg
 
 
-def api_client() -> client.ApiClient:
+def api_client() -> ApiClient:
     """A client per process (and per thread pool it creates), from KUBECONFIG or in-cluster."""
     return _shared_client(os.environ.get("KUBECONFIG") or None, os.getpid())
 
 
 @per_process
-def _shared_client(kubeconfig: str | None, pid: int) -> client.ApiClient:
+def _shared_client(kubeconfig: str | None, pid: int) -> ApiClient:
     # Keyed by pid: a prefork Celery child must not reuse its parent's connection pool.
-    return client.ApiClient(_configuration(kubeconfig))
+    return ApiClient(_configuration(kubeconfig))
 
 
-def new_api_client() -> client.ApiClient:
+def new_api_client() -> ApiClient:
     """A private client, for threads that hold long-lived connections (watch streams)."""
-    return client.ApiClient(_configuration(os.environ.get("KUBECONFIG") or None))
+    return ApiClient(_configuration(os.environ.get("KUBECONFIG") or None))
 
 
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
@@ -134,11 +171,41 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
             accept: str = JSON):
     """One HTTP call to the api-server with the client's auth; returns the parsed JSON body.
 
-    Raises ``ApiError`` for a non-2xx answer. The response is parsed once, by us: the generated
-    client would deserialize it into model objects (and, for custom resources, parse it again).
-    With ``stream=True`` the raw urllib3 response is returned for the caller to read line by
-    line (watch). ``accept``: another representation, e.g. ``METADATA_LIST``.
+    Raises ``ApiError`` for a non-2xx answer, and one of status 0 (temporary) when there was
+    no answer. The response is parsed once, by us: the generated client would deserialize it
+    into model objects (and, for custom resources, parse it again). With ``stream=True`` the
+    raw urllib3 response is returned for the caller to read line by line (watch).
+    ``accept``: another representation, e.g. ``METADATA_LIST``.
     """
+    lean = None if stream else getattr(api, "transport", None)
+    if lean is None:
+        return _official_request(api, method, path, body, query, content_type, timeout, stream,
+                                 accept)
+    try:
+        response = lean.request(method, path, query=list(query.items()) if query else None,
+                                headers={"Accept": accept, "Content-Type": content_type},
+                                body=None if body is None else _encode(api, body),
+                                timeout=timeout)
+    except transport.ConnectionFailed as exc:
+        raise ApiError(0, "ConnectionFailed", str(exc)) from exc
+    if not 200 <= response.status < 300:
+        raise ApiError.from_response(response)
+    return json.loads(response.body) if response.body else {}
+
+
+def _encode(api: client.ApiClient, body: Any) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    # Model objects and datetimes as the official client serialises them.
+    return json.dumps(body, separators=(",", ":"),
+                      default=api.sanitize_for_serialization).encode()
+
+
+def _official_request(api: client.ApiClient, method: str, path: str, body: Any,
+                      query: dict | None, content_type: str,
+                      timeout: float | tuple[float, float] | None, stream: bool, accept: str):
     headers = {"Accept": accept, "Content-Type": content_type}
     try:
         resp = api.call_api(

@@ -62,3 +62,63 @@ def in_threads(fn: Callable[[], T], threads: int) -> list[T | Exception]:
     for t in workers:
         t.join(10)
     return out
+
+
+class Relay:
+    """A TCP relay to ``target`` on a port of its own, whose connections the test can cut -
+    what a load balancer or the server itself does to an idle connection. Bytes pass through
+    untouched (TLS ends at the real server)."""
+
+    def __init__(self, target: tuple[str, int]):
+        import socket
+
+        self._target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._open: list = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                near, _ = self._listener.accept()
+            except OSError:
+                return
+            far = socket.create_connection(self._target)
+            with self._lock:
+                self._open += [near, far]
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        """Close every connection relayed so far, as a server closing idle connections does."""
+        import socket
+
+        with self._lock:
+            doomed, self._open = self._open, []
+        for s in doomed:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._listener.close()
+        self.cut()

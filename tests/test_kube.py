@@ -80,8 +80,8 @@ def test_threads_starting_at_once_share_one_client(stack, monkeypatch, tmp_path)
     kubeconfig = tmp_path / "kubeconfig"  # a path of its own: a client not made before
     shutil.copy(stack.kubeconfig, kubeconfig)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    slow_client, made = made_together(kube.client.ApiClient, 4)
-    monkeypatch.setattr(kube.client, "ApiClient", slow_client)
+    slow_client, made = made_together(kube.ApiClient, 4)
+    monkeypatch.setattr(kube, "ApiClient", slow_client)
     got = in_threads(kube.api_client, 4)
     assert len(made) == 1 and len({id(c) for c in got}) == 1 and kube.api_client() is got[0]
     assert kube.version(got[0])["major"]
