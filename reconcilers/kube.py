@@ -49,14 +49,26 @@ class ApiClient(client.ApiClient):
 
     def __init__(self, configuration: client.Configuration | None = None):
         super().__init__(configuration)
-        self.transport = transport.Transport.of(self.configuration, self.default_headers,
-                                                partial(_credentials, self.configuration))
+        self.transport = transport.Transport.of(
+            self.configuration, self.default_headers,
+            partial(_credentials, self.configuration)) if _lean() else None
 
     def close(self) -> None:
         lean = getattr(self, "transport", None)  # absent if __init__ failed
         if lean is not None:
             lean.close()
         super().close()
+
+
+def _lean() -> bool:
+    """``RECONCILERS_LEAN_TRANSPORT``; on where no Django settings are configured (scripts)."""
+    from django.conf import settings as django_settings
+
+    if not django_settings.configured:
+        return True
+    from .conf import settings
+
+    return settings().lean_transport
 
 
 def _credentials(configuration: client.Configuration) -> dict[str, str]:

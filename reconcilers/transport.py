@@ -29,6 +29,7 @@ from urllib.parse import quote, urlencode, urlsplit
 MAX_LINE = 65536  # as http.client: a longer status or header line is not HTTP
 MAX_HEADERS = 100
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})  # no Content-Length unless a body
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"  # what a request target may carry as is (RFC 3986)
 
 
@@ -130,8 +131,10 @@ class Transport:
         if query:
             target += "?" + urlencode(query)
         head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, **self._credentials()}.items())
+        if body is not None or method not in BODILESS:
+            head += f"Content-Length: {len(body or b'')}\r\n"
         payload = (f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n{self._static}"
-                   f"{head}Content-Length: {len(body or b'')}\r\n\r\n").encode("latin-1")
+                   f"{head}\r\n").encode("latin-1")
         if body:
             payload += body
         for attempt in (1, 2):

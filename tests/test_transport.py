@@ -12,7 +12,7 @@ import pytest
 
 from reconcilers import kube, transport
 from reconcilers.vocab import GVR
-from tests.helpers import Relay, in_threads
+from tests.helpers import Relay, in_threads, wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -66,6 +66,7 @@ def test_threads_at_once_each_get_an_answer_and_the_pool_stays_bounded(api, name
 def test_an_idle_connection_the_server_closed_is_replaced_before_use(relayed, relay):
     assert kube.version(relayed)["major"]
     relay.cut()
+    wait_for(lambda: relayed.transport._idle[0].dropped(), 5, "the close to reach the client")
     assert kube.version(relayed)["major"]
     assert relayed.transport.opened == 2
 
@@ -158,6 +159,16 @@ def test_a_forked_child_makes_connections_of_its_own(api, namespace):
             os._exit(2)
     assert os.waitpid(pid, 0)[1] == 0
     assert kube.version(api)["major"] and api.transport.opened == 1
+
+
+def test_the_lean_transport_can_be_turned_off(api, namespace, settings):
+    settings.RECONCILERS_LEAN_TRANSPORT = False
+    official = _client(api)
+    assert official.transport is None
+    kube.request(official, "POST", CONFIGMAPS.path(namespace), {"metadata": {"name": "cm"}})
+    with pytest.raises(kube.ApiError) as err:
+        kube.request(official, "POST", CONFIGMAPS.path(namespace), {"metadata": {"name": "cm"}})
+    assert err.value.conflict and '"cm" already exists' in err.value.message
 
 
 def test_a_configured_proxy_keeps_the_official_path(api):
