@@ -103,6 +103,13 @@ class Runner:
         stale = workload.cleanup_stale(self.kube, self.h.owner)
         if stale:
             self.log(f"deleted {len(stale)} namespaces a previous bench run left behind")
+        foreign = workload.foreign_items(self.kube)
+        if foreign:
+            where = ", ".join(f"{ns} ({n})" for ns, n in sorted(foreign.items()))
+            raise SystemExit(f"{sum(foreign.values())} BenchItems are in namespaces no bench run "
+                             f"made: {where}. Every implementation watches all namespaces, so "
+                             "they would be reconciled inside the measurements; delete them "
+                             "(kubectl delete namespace ...) and run again.")
         from .impls.controller_runtime import ensure_binaries
 
         t = time.monotonic()

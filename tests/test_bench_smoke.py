@@ -67,3 +67,30 @@ def test_this_project_converges_and_reports_every_figure(bench_runner, tmp_path)
     assert summary["this-project"]["passed"] == 1
     assert "objects/s" in summary["this-project"]["figures"]
     assert "| objects/s (obj/s) |" in report.markdown(results, meta)
+
+
+def test_benchitems_outside_bench_namespaces_stop_the_harness(stack, tmp_path):
+    """A BenchItem left in a namespace of its own (an experiment's) would be reconciled inside
+    every later measurement of the operators that watch all namespaces: the harness refuses
+    to start rather than report inflated figures."""
+    import uuid
+
+    from bench import config, workload
+    from bench.harness import Plan, Runner
+    from bench.kube import Kube
+
+    cfg = config.load(work_dir=tmp_path / "bench")
+    kube = Kube.from_config(cfg)
+    workload.ensure_crd(kube)
+    namespace = f"stray-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    try:
+        workload.create(kube, namespace, "left-behind", 1)
+        assert workload.foreign_items(kube).get(namespace) == 1
+        runner = Runner(Plan.quick(n=1, scenarios=["converge"], impls=["this-project"]), cfg,
+                        log=lambda *_: None)
+        with pytest.raises(SystemExit, match=f"{namespace} \\(1\\)"):
+            runner.prepare()
+    finally:
+        workload.delete_namespaces(kube, [namespace])
+    assert namespace not in workload.foreign_items(kube)
