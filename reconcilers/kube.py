@@ -20,6 +20,7 @@ from . import kubeimport
 
 kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: see there
 
+import urllib3  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
@@ -234,10 +235,14 @@ def _official_request(api: client.ApiClient, method: str, path: str, body: Any,
         raise
     except ApiException as exc:
         raise ApiError.from_exception(exc) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
     if stream:
         return resp
     try:
         data = resp.data
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
     finally:
         resp.release_conn()
     return json.loads(data) if data else {}

@@ -90,11 +90,18 @@ def test_a_connection_closed_the_instant_before_a_call_is_retried_only_when_that
     assert kube.request(relayed, "GET", CONFIGMAPS.path(namespace, "cm")).get("data") is None
 
 
-def test_an_unreachable_api_server_is_a_temporary_error(api):
-    unreachable = _client(api, host="https://127.0.0.1:1")
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "official"])
+def test_an_unreachable_api_server_is_a_temporary_error(api, settings, lean):
+    """On either path: no answer is a temporary ``ApiError`` of status 0, not an exception
+    from inside an HTTP client."""
+    settings.RECONCILERS_LEAN_TRANSPORT = lean
+    # No refresh hook: the kubeconfig loader's sets the host back on every call.
+    unreachable = _client(api, host="https://127.0.0.1:1", refresh_api_key_hook=None,
+                          retries=0)
     with pytest.raises(kube.ApiError) as err:
         kube.version(unreachable)
-    assert err.value.status == 0 and err.value.temporary and "127.0.0.1:1" in err.value.message
+    assert err.value.status == 0 and err.value.temporary
+    assert "Connection refused" in err.value.message
 
 
 def test_the_token_is_asked_for_on_every_call(api):
