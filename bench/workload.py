@@ -123,7 +123,17 @@ def foreign_items(kube: Kube) -> dict[str, int]:
     ours = {ns["metadata"]["name"] for ns in
             kube.get("/api/v1/namespaces", labelSelector=RUN_LABEL).get("items", [])}
     counts: dict[str, int] = {}
-    for obj in kube.get(path()).get("items", []):
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            items = kube.get(path()).get("items", [])
+            break
+        except ApiError as e:
+            # A CRD just established: its storage answers 429 "(re)initializing" for a moment.
+            if e.status != 429 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    for obj in items:
         namespace = obj["metadata"]["namespace"]
         if namespace not in ours:
             counts[namespace] = counts.get(namespace, 0) + 1
