@@ -38,7 +38,8 @@ def path(namespace: str | None = None, name: str | None = None, status: bool = F
 
 
 def ensure_crd(kube: Kube, timeout: float = 60) -> None:
-    """Server-side apply the BenchItem CRD and wait until it is Established."""
+    """Server-side apply the BenchItem CRD and wait until it is Established and its storage
+    serves: a CRD just established answers 429 "storage is (re)initializing" for a moment."""
     body = yaml.safe_load(CRD_FILE.read_text())
     kube.request("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}",
                  body, query={"fieldManager": "django-crd-operator-bench", "force": "true"},
@@ -47,10 +48,20 @@ def ensure_crd(kube: Kube, timeout: float = 60) -> None:
     while time.monotonic() < deadline:
         crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
         conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
-        if conds.get("Established") == "True":
+        if conds.get("Established") == "True" and _serving(kube):
             return
         time.sleep(0.2)
     raise RuntimeError(f"CRD {CRD_NAME} not Established after {timeout}s")
+
+
+def _serving(kube: Kube) -> bool:
+    try:
+        kube.get(path(), limit=1)
+        return True
+    except ApiError as e:
+        if e.status != 429:
+            raise
+        return False
 
 
 @dataclass
@@ -123,17 +134,7 @@ def foreign_items(kube: Kube) -> dict[str, int]:
     ours = {ns["metadata"]["name"] for ns in
             kube.get("/api/v1/namespaces", labelSelector=RUN_LABEL).get("items", [])}
     counts: dict[str, int] = {}
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            items = kube.get(path()).get("items", [])
-            break
-        except ApiError as e:
-            # A CRD just established: its storage answers 429 "(re)initializing" for a moment.
-            if e.status != 429 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    for obj in items:
+    for obj in kube.get(path()).get("items", []):
         namespace = obj["metadata"]["namespace"]
         if namespace not in ours:
             counts[namespace] = counts.get(namespace, 0) + 1

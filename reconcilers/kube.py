@@ -16,11 +16,12 @@ import os
 from functools import partial
 from typing import Any
 
+import urllib3
+
 from . import kubeimport
 
 kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: see there
 
-import urllib3  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
@@ -231,20 +232,18 @@ def _official_request(api: client.ApiClient, method: str, path: str, body: Any,
             _return_http_data_only=True,
             _request_timeout=timeout,
         )
+        if stream:
+            return resp
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()
     except ApiError:
         raise
     except ApiException as exc:
         raise ApiError.from_exception(exc) from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
-    if stream:
-        return resp
-    try:
-        data = resp.data
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
-    finally:
-        resp.release_conn()
     return json.loads(data) if data else {}
 
 

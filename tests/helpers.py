@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -70,8 +71,6 @@ class Relay:
     untouched (TLS ends at the real server)."""
 
     def __init__(self, target: tuple[str, int]):
-        import socket
-
         self._target = target
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -80,8 +79,6 @@ class Relay:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        import socket
-
         while True:
             try:
                 near, _ = self._listener.accept()
@@ -108,8 +105,6 @@ class Relay:
 
     def cut(self) -> None:
         """Close every connection relayed so far, as a server closing idle connections does."""
-        import socket
-
         with self._lock:
             doomed, self._open = self._open, []
         for s in doomed:
