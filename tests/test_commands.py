@@ -82,3 +82,23 @@ def test_the_projects_migrations_are_complete():
     """makemigrations --check under this repository's settings (the package test does it
     under a user's)."""
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_commands_run_with_the_collector_on_and_start_up_frozen():
+    """``manage.py`` imports and sets up with the cyclic collector off (a watcher restarts
+    faster); every command must still run with it back on, or a long-running watcher or
+    worker would never free a reference cycle."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {**os.environ,
+           "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings")}
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c",
+         "import gc; print(gc.isenabled(), gc.get_freeze_count() > 10_000)"],
+        env=env, cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].split() == ["True", "True"]
