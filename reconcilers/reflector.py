@@ -154,7 +154,7 @@ class Reflector:
             return False
         self.known = cache.objects(self.gvr, self.namespace)
         if self.indexes:  # this watcher's index functions may differ from its predecessor's
-            pipe = cache.get_redis().pipeline(transaction=True)
+            pipe = cache.Batch()
             self._refile_all(self.known, pipe)
             pipe.execute()
         self.resource_version = resource_version
@@ -207,7 +207,7 @@ class Reflector:
                    for path, obj in seen.items() if _rv(previous.get(path)) != _rv(obj)]
         changes += [(Trigger.DELETED, previous[path], None,
                      self._change(path, previous[path], True)) for path in vanished]
-        pipe = cache.get_redis().pipeline(transaction=True)
+        pipe = cache.Batch()
         cache.put_many(self.gvr, seen.values(), pipe)
         for path in vanished:
             ns, name = split_object_path(path)
@@ -269,7 +269,7 @@ class Reflector:
         old = self.known.get(path)
         # One transaction per event: the object (or its removal), its index entries, the
         # journalled change and the stream's position land together or not at all.
-        pipe = cache.get_redis().pipeline(transaction=True)
+        pipe = cache.Batch()
         if kind == "DELETED":
             trigger, old, new = Trigger.DELETED, old or cache.sanitize(obj), None
             change = self._change(path, old, True) if self._wanted(old, None) else None

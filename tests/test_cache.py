@@ -102,3 +102,74 @@ def test_redis_replies_are_parsed_by_hiredis(redis_client):
         assert isinstance(connection._parser, _HiredisParser)
     finally:
         cache.get_redis().connection_pool.release(connection)
+
+
+def test_a_batch_applies_all_of_its_commands_or_none(redis_client):
+    """What the watcher writes per event (object, index entries, journal, position) is one
+    Batch: a refused command discards the others, so the stream's position never moves past
+    an object the cache did not take."""
+    import pytest
+    import redis
+
+    batch = cache.Batch()
+    batch.hset("t:objects", mapping={"a/x": "1", "a/y": "2"})
+    batch.hset("t:journal", "a/x", "j")
+    batch.sadd("t:index", "a/x", "a/y")
+    batch.set("t:position", "s 1")
+    batch.exists("t:objects", "t:none")
+    assert batch.execute() == [2, 1, 2, b"OK", 1]
+
+    refused = cache.Batch()
+    refused.set("t:position", "s 2")
+    refused.commands.append(("HSET", "t:objects"))  # wrong arity: refused while queueing
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        refused.execute()
+    assert redis_client.get("t:position") == b"s 1"
+
+    failing = cache.Batch()
+    failing.hset("t:position", "f", "v")  # WRONGTYPE when applied
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        failing.execute()
+
+    after = cache.Batch(transaction=False)  # the connection is still in step with its replies
+    after.hget("t:objects", "a/y")
+    after.hget("t:objects", "a/none")
+    after.srem("t:index", "a/y")
+    after.hdel("t:journal", "a/x")
+    after.delete("t:index")
+    assert after.execute() == [b"2", None, 1, 1, 1]
+
+
+def test_a_batch_survives_its_connection_being_dropped(redis_client):
+    """Redis restarting, or a proxy closing an idle connection: the next batch goes out on a
+    new connection instead of failing the stream."""
+    first = cache.Batch()
+    first.set("t:k", "1")
+    first.execute()
+    connection = cache._thread_connection()
+    connection.send_command("CLIENT", "ID")
+    redis_client.client_kill_filter(_id=connection.read_response())
+    again = cache.Batch()
+    again.set("t:k", "2")
+    again.execute()
+    assert redis_client.get("t:k") == b"2"
+
+
+def test_each_thread_batches_on_its_own_connection(redis_client):
+    """Replies are read in order on a connection: two threads sharing one would read each
+    other's."""
+    def write_and_read():
+        import threading
+
+        me = threading.current_thread().name
+        for i in range(200):
+            batch = cache.Batch(transaction=False)
+            batch.set(f"t:{me}", str(i))
+            batch.hget("t:none", "x")
+            batch.exists(f"t:{me}")
+            assert batch.execute() == [b"OK", None, 1]
+        return id(cache._thread_connection())
+
+    got = in_threads(write_and_read, 4)
+    assert not [r for r in got if isinstance(r, Exception)], got
+    assert len(set(got)) == 4
