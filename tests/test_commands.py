@@ -102,3 +102,26 @@ def test_commands_run_with_the_collector_on_and_start_up_frozen():
         env=env, cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].split() == ["True", "True"]
+
+
+@pytest.mark.parametrize("command, serves_pages", [("watch", False), ("runserver", True),
+                                                   ("migrate", True), ("shell", True)])
+def test_only_the_watcher_leaves_the_web_apps_out(command, serves_pages):
+    """``manage.py watch`` starts without the admin, sessions, messages and static files (a
+    restarted watcher resumes sooner); ``migrate`` and the web role must keep them, or the
+    admin's tables would never be made."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    code = (f"import sys; sys.argv = ['manage.py', {command!r}]; "
+            "from django.conf import settings; "
+            "print(sorted(set(settings.WEB_APPS) & set(settings.INSTALLED_APPS)))")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    expected = sorted(settings.WEB_APPS) if serves_pages else []
+    assert proc.stdout.strip() == str(expected)
