@@ -168,8 +168,8 @@ def test_each_thread_batches_on_its_own_connection(redis_client):
             batch.hget("t:none", "x")
             batch.exists(f"t:{me}")
             assert batch.execute() == [b"OK", None, 1]
-        return id(cache._thread_connection())
+        return cache._thread_connection()  # kept alive here, so no two can share an id
 
     got = in_threads(write_and_read, 4)
     assert not [r for r in got if isinstance(r, Exception)], got
-    assert len(set(got)) == 4
+    assert len({id(c) for c in got}) == 4
