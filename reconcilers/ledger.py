@@ -54,7 +54,13 @@ class Row(NamedTuple):
 
 
 class LeaseLost(Exception):
-    """This run's hold on its key has run out: it must not act on the cluster any more."""
+    """This run's hold on its key has run out: it must not act on the cluster any more.
+
+    ``next_claim``: the run the statement that found this also claimed, if it claimed one."""
+
+    def __init__(self, message: str, next_claim: Claim | None = None) -> None:
+        super().__init__(message)
+        self.next_claim = next_claim
 
 
 @dataclass(frozen=True)
@@ -175,40 +181,60 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
     return dispatches
 
 
+_CLAIM_SQL = f"""
+    UPDATE {TABLE} SET
+        state = 'running', started_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(claim_lease)s),
+        worker = %(claim_worker)s,
+        running_triggers = pending_triggers, pending_triggers = '{{}}',
+        running_audit = pending_audit, pending_audit = '{{}}',
+        dirty = false
+    WHERE reconciler = %(claim_r)s AND namespace = %(claim_ns)s AND name = %(claim_n)s
+      AND token = %(claim_token)s AND NOT paused
+      -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
+      AND (state = 'queued'
+           OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
+    RETURNING id, attempts, running_triggers, running_audit,
+        extract(epoch FROM now() - greatest(enqueued_at, coalesce(due_at, enqueued_at)))
+    """
+
+
+class ClaimRequest(NamedTuple):
+    """What claiming a message's key needs: the message ``(key, token)``, who asks, for how
+    long."""
+
+    key: Key
+    token: int
+    worker: str
+    lease_seconds: float
+
+    def params(self) -> dict:
+        return {"claim_lease": self.lease_seconds, "claim_worker": self.worker,
+                "claim_r": self.key.reconciler, "claim_ns": self.key.namespace,
+                "claim_n": self.key.name, "claim_token": self.token}
+
+    def claim(self, row: Sequence | None, started: float) -> Claim | None:
+        """The run the statement's ``RETURNING`` row (None: nothing matched) stands for."""
+        if row is None:
+            return None
+        return Claim(id=row[0], key=self.key, token=self.token, attempts=row[1],
+                     triggers=list(row[2]), audit_ids=list(row[3]),
+                     waited=max(0.0, float(row[4] or 0)),
+                     held_until=started + self.lease_seconds - 1.0)
+
+
 def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | None:
     """queued -> running for the message holding ``token``; ``None`` means drop the message.
 
     The row lock taken by UPDATE serialises concurrent claims: exactly one wins, the others
     see state ``running`` (or a newer token) and match nothing.
     """
+    request = ClaimRequest(key, token, worker, lease_seconds)
     started = time.monotonic()
     with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} SET
-                state = 'running', started_at = now(),
-                lease_expires_at = now() + make_interval(secs => %(lease)s),
-                worker = %(worker)s,
-                running_triggers = pending_triggers, pending_triggers = '{{}}',
-                running_audit = pending_audit, pending_audit = '{{}}',
-                dirty = false
-            WHERE reconciler = %(r)s AND namespace = %(ns)s AND name = %(n)s
-              AND token = %(token)s AND NOT paused
-              -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
-              AND (state = 'queued'
-                   OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
-            RETURNING id, attempts, running_triggers, running_audit,
-                extract(epoch FROM now() - greatest(enqueued_at, coalesce(due_at, enqueued_at)))
-            """,
-            {"lease": lease_seconds, "worker": worker, "r": key.reconciler, "ns": key.namespace,
-             "n": key.name, "token": token},
-        )
+        cursor.execute(_CLAIM_SQL, request.params())
         row = cursor.fetchone()
-    if row is None:
-        return None
-    return Claim(id=row[0], key=key, token=token, attempts=row[1], triggers=list(row[2]),
-                 audit_ids=list(row[3]), waited=max(0.0, float(row[4] or 0)),
-                 held_until=started + lease_seconds - 1.0)
+    return request.claim(row, started)
 
 
 def finish(claim_: Claim, decision: Decision, max_countdown: float,
@@ -233,11 +259,28 @@ def finish_recorded(claim_: Claim, decision: Decision, max_countdown: float,
     """``finish``, and the run's history row inserted by the same statement only if the run
     still held its key: one round trip, atomic without a transaction. Returns the follow-up
     message and the row's id."""
-    return _finish(claim_, decision, max_countdown, debounce, record)
+    follow_up, record_id, _ = _finish(claim_, decision, max_countdown, debounce, record)
+    return follow_up, record_id
+
+
+def finish_recorded_then_claim(claim_: Claim, decision: Decision, max_countdown: float,
+                               debounce: float, record: Row, then: ClaimRequest,
+                               ) -> tuple[Dispatch | None, int, Claim | None]:
+    """``finish_recorded``, and the claim of the key the same run thread takes up next, in one
+    statement: client-go's ``Done`` then ``Get`` in one round trip, for a worker that has keys
+    waiting. Both or neither happen (one statement). Returns the follow-up message, the
+    record's id and the next run (``None``: that message is stale, drop it). A finish that
+    lost its key raises ``LeaseLost`` with the next run in ``next_claim``: the claim stands."""
+    if then.key == claim_.key:
+        raise ValueError("a run's own key cannot be claimed by the statement that ends it")
+    follow_up, record_id, next_claim = _finish(claim_, decision, max_countdown, debounce,
+                                               record, then)
+    return follow_up, record_id, next_claim
 
 
 def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
-            record: Row | None) -> tuple[Dispatch | None, int]:
+            record: Row | None, then: ClaimRequest | None = None,
+            ) -> tuple[Dispatch | None, int, Claim | None]:
     update = f"""
             UPDATE {TABLE} SET
                 state = CASE WHEN dirty THEN 'queued'
@@ -270,32 +313,48 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
               "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
               "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
               "token": claim_.token, "debounce": debounce}
-    sql = update
+    # Data-modifying CTEs all run to completion, read or not, and must be at the top level.
+    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched"], "f"
     if record is not None:
         names = ", ".join(f'"{c}"' for c in record.columns)
         values = ", ".join(f'p."{c}"' for c in record.columns)
         params["row"] = record.document
-        sql = f"""
-            WITH f AS ({update}),
-                 r AS (INSERT INTO {record.table} ({names})
+        ctes.append(f"""r AS (INSERT INTO {record.table} ({names})
                        SELECT {values} FROM f,
                            jsonb_populate_record(NULL::{record.table}, %(row)s::jsonb) AS p
-                       RETURNING id)
-            SELECT f.state, f.token, f.dispatched, r.id FROM f CROSS JOIN r
-            """
+                       RETURNING id)""")
+        columns.append("r.id")
+        ends = "f CROSS JOIN r"
+    sql = update
+    if len(ctes) > 1:
+        sql = f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM {ends}"
+    if then is not None:
+        # Each part returns at most one row; the outer query always returns exactly one, with
+        # NULLs for a part that matched nothing.
+        params.update(then.params())
+        sql = f"""WITH {', '.join(ctes)}, c AS ({_CLAIM_SQL})
+            SELECT {', '.join(columns)}, c.* FROM (VALUES (1)) AS one(x)
+            LEFT JOIN {ends if len(ctes) == 1 else f"({ends})"} ON true LEFT JOIN c ON true"""
+    started = time.monotonic()
     with _cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
+    finished = 4 if record is not None else 3
+    next_claim = None
+    if then is not None:
+        claimed = row[finished:]
+        next_claim = then.claim(claimed if claimed[0] is not None else None, started)
+        row = row[:finished] if row[0] is not None else None
     if row is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
-                        "re-queued the key")
+                        "re-queued the key", next_claim=next_claim)
     state, token, dispatched = row[:3]
     record_id = row[3] if record is not None else 0
     if state == State.QUEUED:
-        return Dispatch(claim_.key, token, countdown=debounce or None), record_id
+        return Dispatch(claim_.key, token, countdown=debounce or None), record_id, next_claim
     if state == State.BACKOFF and dispatched:
-        return Dispatch(claim_.key, token, countdown=decision.delay), record_id
-    return None, record_id
+        return Dispatch(claim_.key, token, countdown=decision.delay), record_id, next_claim
+    return None, record_id, next_claim
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 queue (or drop a stale message), re-read the object from the cache (404 = gone), call the
 user's ``reconcile`` / ``finalize`` inside exception capture, let ``decision.decide`` say what
 follows, then record the run and end it in the work queue in one transaction (which sends the
-follow-up message, if any, once committed).
+follow-up message, if any, once committed) - and, when another key waits for this run thread,
+claim it in that same statement (``Done`` then ``Get``).
 
 A run's deadline (``RunLimits``) bounds it three ways: the worker interrupts user code at the
 soft limit (recorded as an error, retried with backoff), ends the process at the hard limit
@@ -34,7 +35,7 @@ from . import cache, deadlines, history, kube, logs, metrics, runpool, workqueue
 from .conf import Backoff, RunLimits, settings
 from .context import Context
 from .decision import Decision, decide
-from .workqueue import Claim, Dispatch, LeaseLost
+from .workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
 from .capabilities import HEALED, new_evidence
 from .models import Outcome, Trigger
 from .registry import NotRegistered, Registry, registry as default_registry
@@ -115,25 +116,50 @@ def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Contex
 
 def run(key_text: str, token: int, *, registry: Registry | None = None,
         worker: str | None = None, task_id: str = "") -> RunReport:
-    """Process one message ``(key, token)``; never raises for anything user code does."""
-    registry = registry or default_registry
-    key = Key.parse(key_text)
-    worker = worker or worker_identity()
-    try:
-        cls: type[Reconciler] | None = registry.get_class(key.reconciler)
-    except NotRegistered:
-        cls = None
-    limits = RunLimits.of(cls and cls.timeout)
-    with runpool.slot():
-        claim = _claim(key, token, worker, limits.lease)
+    """Process one message ``(key, token)`` here and now; never raises for anything user code
+    does."""
+    return Job(Key.parse(key_text), token, registry or default_registry,
+               worker or worker_identity(), task_id).run()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One key of a message, to run: what ``run`` needs, so a run thread can take it up."""
+
+    key: Key
+    token: int
+    registry: Registry
+    worker: str
+    task_id: str
+
+    def run(self, taken: object = runpool.NOT_TAKEN) -> RunReport:
+        """Claim (unless the run before it on this thread did: ``taken`` is that claim, or
+        ``None`` for a stale message), run, record."""
+        key, cls = self.key, _class_of(self.registry, self.key)
+        if isinstance(taken, Claim) or taken is None:
+            claim = taken
+        else:
+            claim = _claim(key, self.token, self.worker, RunLimits.of(cls and cls.timeout).lease)
         if claim is None:
             metrics.messages_stale_total.labels(key.reconciler).inc()
             return RunReport(dropped=True)
         metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
         with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
                         trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
-                        task_id=task_id), _in_progress(key.reconciler):
-            return _run_claimed(claim, cls, registry, worker, task_id)
+                        task_id=self.task_id), _in_progress(key.reconciler):
+            return _run_claimed(claim, cls, self.registry, self.worker, self.task_id)
+
+    def claim_request(self) -> ClaimRequest:
+        cls = _class_of(self.registry, self.key)
+        return ClaimRequest(self.key, self.token, self.worker,
+                            RunLimits.of(cls and cls.timeout).lease)
+
+
+def _class_of(registry: Registry, key: Key) -> type[Reconciler] | None:
+    try:
+        return registry.get_class(key.reconciler)
+    except NotRegistered:
+        return None
 
 
 _running: dict[str, int] = {}
@@ -158,15 +184,19 @@ def in_progress() -> dict[str, int]:
         return dict(_running)
 
 
-def run_many(items: Sequence[tuple[str, int]], *, registry: Registry | None = None,
-             worker: str | None = None) -> list[RunReport]:
-    """The ``(key, token)`` pairs of one message carrying several: each run as ``run`` runs a
-    message of its own - its own claim, deadline, record, and the task id its own message
-    would have had - at once where the process has run threads (``runpool``)."""
-    worker = worker or worker_identity()
-    return runpool.run_all(
-        lambda item: run(item[0], item[1], registry=registry, worker=worker,
-                         task_id=workqueue.task_id(Key.parse(item[0]), item[1])), items)
+def run_many(items: Sequence[tuple[str, int] | tuple[str, int, str]], *,
+             registry: Registry | None = None, worker: str | None = None) -> list[RunReport]:
+    """The ``(key, token)`` pairs of one message carrying several (or one; a third value is
+    the task id when it is not ``<key>#<token>``): each run as ``run`` runs a message of its
+    own - its own claim, deadline, record, and the task id its own message would have had -
+    at once where the process has run threads (``runpool``)."""
+    registry, worker = registry or default_registry, worker or worker_identity()
+    jobs = []
+    for item in items:
+        key = Key.parse(item[0])
+        task_id = item[2] if len(item) > 2 else workqueue.task_id(key, item[1])
+        jobs.append(Job(key, item[1], registry, worker, task_id))
+    return runpool.run_all(Job.run, jobs)
 
 
 _checked = threading.local()
@@ -284,8 +314,8 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
     for attempt in range(3):
         try:
             if not evidence:
-                follow_up, record_id = workqueue.done_recorded(claim, decision, debounce,
-                                                               history.as_row(values))
+                follow_up, record_id = _done_then_next(claim, decision, debounce,
+                                                       history.as_row(values), attempt)
                 return record_id, follow_up
             with transaction.atomic():
                 record = history.record_run(claim, decision, facts)
@@ -304,3 +334,25 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
             connection.close()
             time.sleep(0.5 * (attempt + 1))
     return None, None
+
+
+def _done_then_next(claim: Claim, decision: Decision, debounce: float, row: workqueue.Row,
+                    attempt: int) -> tuple[Dispatch | None, int]:
+    """``workqueue.done_recorded``; when a key waits for a run thread, the same statement
+    claims it for this thread, which runs it next (one round trip instead of two: the
+    ledger's statements cost PostgreSQL and the worker more than anything else in a run).
+    Only on the first attempt: a failed statement changed nothing, and the waiting key then
+    claims for itself, as does a second message for this run's own key."""
+    waiting = runpool.take_next() if attempt == 0 else None
+    job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
+    then = job.claim_request() if job is not None and job.key != claim.key else None
+    try:
+        follow_up, record_id, next_claim = workqueue.done_recorded(claim, decision, debounce,
+                                                                   row, then)
+    except LeaseLost as exc:
+        if then is not None:
+            waiting.taken = exc.next_claim  # type: ignore[union-attr]
+        raise
+    if then is not None:
+        waiting.taken = next_claim  # type: ignore[union-attr]
+    return follow_up, record_id

@@ -1,86 +1,161 @@
-"""How a worker process shares itself among the keys of a message that carries several.
+"""How a worker process shares itself among the keys its messages carry.
 
 A message may carry several keys of one reconciler (``RECONCILERS_KEYS_PER_MESSAGE``): one
 delivery and one ack for all of them. Each key is still claimed, run and recorded on its own,
-as if it had a message of its own; this module only decides where those runs happen:
+as if it had a message of its own; this module only decides where and in what order those runs
+happen:
 
-- In Celery's thread pool (``configure`` was called with its concurrency) they run at once on
-  the process's run threads - a message of one key too (``on_run_thread``), so Celery's own
-  threads only wait and never hold a database connection - and every run holds one of
-  ``size`` slots: a process never runs more keys at once than its concurrency, however its
-  messages were packed.
-- Where the pool runs tasks in the main thread (a prefork child, the solo pool) they run one
-  after another, each under its own deadline (``deadlines.everywhere``): the pool's own limit
-  is per message.
+- In Celery's thread pool (``configure`` was called with its concurrency) every key - a
+  message of one key too - waits in one first-in-first-out line of this process and runs on
+  one of its ``size`` run threads: a process never runs more keys at once than its
+  concurrency, however its messages were packed, and Celery's own threads only wait, so only
+  run threads hold a database connection.
+- Where the pool runs tasks in the main thread (a prefork child, the solo pool) a message's
+  keys run one after another, each under its own deadline (``deadlines.everywhere``): the
+  pool's own limit is per message.
+
+Either way a run that is ending may take up the next waiting key itself (``take_next``): the
+runner then ends one run and claims the next in one statement, as client-go's worker calls
+``Done`` and then ``Get``.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
-from typing import Callable, Iterator, Sequence, TypeVar
+from concurrent.futures import Future
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from . import deadlines
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_slots: threading.BoundedSemaphore | None = None
-_executor: ThreadPoolExecutor | None = None
+NOT_TAKEN = object()  # ``Waiting.taken`` before the run that took it up says how it went
+
+
+class Waiting(Generic[T]):
+    """A key waiting for a run thread; ``taken`` is what the run that took it up
+    (``take_next``) passes on to it - the runner's claim - or ``NOT_TAKEN``."""
+
+    __slots__ = ("item", "fn", "future", "taken")
+
+    def __init__(self, item: T, fn: Callable[[T, Any], Any]) -> None:
+        self.item, self.fn, self.future = item, fn, Future()
+        self.taken: Any = NOT_TAKEN
+
+    def run(self) -> None:
+        try:
+            result = self.fn(self.item, self.taken)
+        except BaseException as exc:  # noqa: BLE001 - the waiting thread re-raises it
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+
+class _Line:
+    """The process's line of waiting keys and the run threads that work it off."""
+
+    def __init__(self, size: int) -> None:
+        self.waiting: collections.deque[Waiting] = collections.deque()
+        self.ready = threading.Condition()
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._work, name=f"run-{i}", daemon=True)
+                        for i in range(size)]
+        for thread in self.threads:
+            thread.start()
+
+    def put(self, entries: Sequence[Waiting]) -> None:
+        with self.ready:
+            self.waiting.extend(entries)
+            self.ready.notify(len(entries))
+
+    def pop(self) -> Waiting | None:
+        with self.ready:
+            return self.waiting.popleft() if self.waiting else None
+
+    def stop(self) -> None:
+        with self.ready:
+            self.stopped = True
+            self.ready.notify_all()
+
+    def _work(self) -> None:
+        _local.next = self.pop
+        while True:
+            with self.ready:
+                while not self.waiting and not self.stopped:
+                    self.ready.wait()
+                if self.stopped and not self.waiting:
+                    return
+                entry: Waiting | None = self.waiting.popleft()
+            while entry is not None:
+                entry = _run_taking(entry)
+
+
+_local = threading.local()
+_line: _Line | None = None
 _lock = threading.Lock()
 
 
 def configure(size: int) -> None:
     """This process runs at most ``size`` keys at once, on as many run threads."""
-    global _slots, _executor
+    global _line
     with _lock:
-        _slots = threading.BoundedSemaphore(max(1, size))
-        old, _executor = _executor, ThreadPoolExecutor(max(1, size), thread_name_prefix="run")
+        old, _line = _line, _Line(max(1, size))
     if old is not None:
-        old.shutdown(wait=False)
+        old.stop()
 
 
 def configured() -> bool:
     """Whether this process runs keys on run threads (a thread-pool worker)."""
-    return _executor is not None
+    return _line is not None
 
 
-@contextmanager
-def slot() -> Iterator[None]:
-    """Held for the whole of one run (claim to record)."""
-    slots = _slots
-    with slots if slots is not None else nullcontext():
-        yield
+def take_next() -> Waiting | None:
+    """From inside a run: the key this run thread takes up next, now - out of the line, so no
+    other thread runs it - or ``None`` (nothing waits, or this run already took one). Set
+    its ``taken`` before the run ends; it runs on this thread right after."""
+    if getattr(_local, "taken", NOT_TAKEN) is not None or getattr(_local, "next", None) is None:
+        return None
+    entry = _local.taken = _local.next()
+    return entry
 
 
-def on_run_thread(fn: Callable[[], R]) -> R:
-    """``fn()`` on a run thread where this process has them (a message of one key, as the keys
-    of one carrying several), so only run threads ever hold a database connection: a thread-
-    pool worker holds at most its concurrency, not twice that. Elsewhere, here and now."""
-    executor = _executor
-    if executor is None or threading.current_thread() is threading.main_thread():
-        return fn()
-    return executor.submit(fn).result()
+def _run_taking(entry: Waiting) -> Waiting | None:
+    """Run ``entry``; returns the entry its run took up next, if any."""
+    _local.taken = None
+    try:
+        entry.run()
+    finally:
+        taken, _local.taken = _local.taken, NOT_TAKEN
+    return taken
 
 
-def run_all(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``fn`` over ``items`` as this process runs keys; results in order. Every item runs
-    even when an earlier one raised; the first exception is raised at the end."""
-    executor = _executor
-    if threading.current_thread() is threading.main_thread() or executor is None:
-        with deadlines.everywhere():
-            outcomes = [_outcome(fn, item) for item in items]
+def run_all(fn: Callable[[T, Any], R], items: Sequence[T]) -> list[R]:
+    """``fn(item, taken)`` for each item as this process runs keys; results in order. Every
+    item runs even when an earlier one raised; the first exception is raised at the end."""
+    entries = [Waiting(item, fn) for item in items]
+    line = _line
+    if line is None or threading.current_thread() is threading.main_thread():
+        rest = collections.deque(entries)
+        _local.next = lambda: rest.popleft() if rest else None
+        try:
+            with deadlines.everywhere():
+                while rest:
+                    entry: Waiting | None = rest.popleft()
+                    while entry is not None:
+                        entry = _run_taking(entry)
+        finally:
+            _local.next = None
     else:
-        outcomes = [f.result() for f in [executor.submit(_outcome, fn, item) for item in items]]
+        line.put(entries)
+    outcomes = []
+    for entry in entries:
+        error = entry.future.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not one key's failure
+        outcomes.append((None if error else entry.future.result(), error))
     for _, error in outcomes:
         if error is not None:
             raise error
     return [result for result, _ in outcomes]  # type: ignore[misc]
-
-
-def _outcome(fn: Callable[[T], R], item: T) -> tuple[R | None, BaseException | None]:
-    try:
-        return fn(item), None
-    except Exception as exc:  # the other keys of the message still run
-        return None, exc

@@ -92,8 +92,7 @@ def reconcile_unregistered(self: Task, key: str, token: int) -> str:
 
 def _run_alone(key: str, token: int, worker: str, task_id: str) -> str:
     """A message carrying one key: run on a run thread where the process has them."""
-    report = runpool.on_run_thread(
-        lambda: runner.run(key, token, worker=worker, task_id=task_id))
+    (report,) = runner.run_many([(key, token, task_id)], worker=worker)
     return "dropped" if report.dropped else report.outcome
 
 

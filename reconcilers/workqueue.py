@@ -34,12 +34,12 @@ from django.db import connection as db_connection, transaction
 from . import ledger, metrics
 from .conf import settings
 from .decision import Decision
-from .ledger import Backlog, Claim, Dispatch, LeaseLost, Reaped, Row
+from .ledger import Backlog, Claim, ClaimRequest, Dispatch, LeaseLost, Reaped, Row
 from .vocab import Key
 
-__all__ = ["Backlog", "Claim", "Dispatch", "LeaseLost", "Reaped", "Row", "add", "claim", "done",
-           "connect", "done_recorded", "messages", "pause", "reap", "send", "set_sender",
-           "shared_task_id", "task_id", "forget_gone"]
+__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "LeaseLost", "Reaped", "Row", "add",
+           "claim", "done", "connect", "done_recorded", "messages", "pause", "reap", "send",
+           "set_sender", "shared_task_id", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
 
@@ -177,15 +177,25 @@ def done(claim_: Claim, decision: Decision, debounce: float = 0.0) -> Dispatch |
     return follow_up
 
 
-def done_recorded(claim_: Claim, decision: Decision, debounce: float,
-                  record: ledger.Row) -> tuple[Dispatch | None, int]:
+def done_recorded(claim_: Claim, decision: Decision, debounce: float, record: ledger.Row,
+                  then: ClaimRequest | None = None) -> tuple[Dispatch | None, int, Claim | None]:
     """``done`` and the run's history row written by one statement (outside a transaction:
-    the follow-up message is sent at once). Returns the follow-up and the row's id."""
-    follow_up, record_id = ledger.finish_recorded(claim_, decision, settings().max_countdown,
-                                                  debounce, record)
+    the follow-up message is sent at once). Returns the follow-up and the row's id.
+
+    ``then``: a key the same run thread takes up next, claimed by that statement too (the
+    third value: its run, or ``None`` for a stale message); on ``LeaseLost`` the exception's
+    ``next_claim``."""
+    max_countdown = settings().max_countdown
+    if then is None:
+        follow_up, record_id = ledger.finish_recorded(claim_, decision, max_countdown,
+                                                      debounce, record)
+        next_claim = None
+    else:
+        follow_up, record_id, next_claim = ledger.finish_recorded_then_claim(
+            claim_, decision, max_countdown, debounce, record, then)
     if follow_up is not None:
         _send_on_commit([follow_up])
-    return follow_up, record_id
+    return follow_up, record_id, next_claim
 
 
 def pause(keys: Sequence[Key], paused: bool) -> int:

@@ -210,6 +210,63 @@ def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
     ledger.finish(fresh, Decision("success", 0), 300)
 
 
+def _row(claim: ledger.Claim, decision: Decision) -> ledger.Row:
+    from datetime import datetime, timezone
+
+    from reconcilers import history
+
+    facts = history.RunFacts(started=datetime.now(timezone.utc), duration=0.01, worker="w",
+                             task_id=f"{claim.key}#{claim.token}", obj=None, phase="reconcile")
+    return history.as_row(history.new_values(claim, decision, facts))
+
+
+def test_ending_a_run_can_claim_the_next_key_in_the_same_statement():
+    """client-go's Done then Get, in one round trip: the first run ends (and its re-run for an
+    event seen meanwhile is asked for), its record is written, and the next key is claimed -
+    or, for a stale message, nothing is."""
+    from reconcilers.models import ReconcileRecord
+
+    da, db, dc = ledger.enqueue([key("a"), key("b"), key("c")], "added")
+    first = ledger.claim(key("a"), da.token, "w", LEASE)
+    ledger.enqueue([key("a")], "modified")  # seen during the run: dirty
+    then = ledger.ClaimRequest(key("b"), db.token, "w", LEASE)
+    follow, record_id, second = ledger.finish_recorded_then_claim(
+        first, Decision("success", 0), 300, 0.0, _row(first, Decision("success", 0)), then)
+    assert follow == ledger.Dispatch(key("a"), da.token + 1) and record_id > 0
+    assert second is not None and second.key == key("b") and second.triggers == ["added"]
+    assert item(key("b")).state == "running" and item(key("a")).state == "queued"
+    assert ReconcileRecord.objects.get(pk=record_id).name == "a"
+
+    stale = ledger.ClaimRequest(key("c"), dc.token + 1, "w", LEASE)
+    follow, _, nothing = ledger.finish_recorded_then_claim(
+        second, Decision("success", 0), 300, 0.0, _row(second, Decision("success", 0)), stale)
+    assert follow is None and nothing is None
+    assert item(key("b")).state == "idle" and item(key("c")).state == "queued"
+    with pytest.raises(ValueError):  # its own key: that message waits for this run's end
+        ledger.finish_recorded_then_claim(second, Decision("success", 0), 300, 0.0,
+                                          _row(second, Decision("success", 0)),
+                                          ledger.ClaimRequest(key("b"), 1, "w", LEASE))
+
+
+def test_a_run_that_lost_its_lease_still_hands_on_the_key_it_claimed_next():
+    """The finish finds the run's lease gone (the reaper took the key) and changes nothing for
+    it - no record - but the next key's claim in the same statement stands and is handed on
+    with the ``LeaseLost``: dropping it would leave that key running with no one running it."""
+    from reconcilers.models import ReconcileRecord
+
+    da, db = ledger.enqueue([key("a"), key("b")], "added")
+    slow = ledger.claim(key("a"), da.token, "slow", lease_seconds=0.1)
+    time.sleep(0.2)
+    reap()
+    with pytest.raises(ledger.LeaseLost) as lost:
+        ledger.finish_recorded_then_claim(slow, Decision("success", 0), 300, 0.0,
+                                          _row(slow, Decision("success", 0)),
+                                          ledger.ClaimRequest(key("b"), db.token, "w", LEASE))
+    assert lost.value.next_claim is not None and lost.value.next_claim.key == key("b")
+    assert item(key("b")).state == "running" and item(key("a")).state == "backoff"
+    assert not ReconcileRecord.objects.exists()
+
+
 def test_a_claim_knows_locally_when_its_lease_may_be_gone():
     (d,) = ledger.enqueue([key("a")], "added")
     claim = ledger.claim(key("a"), d.token, "w", lease_seconds=1.2)

@@ -187,6 +187,49 @@ def test_keys_sharing_a_message_are_each_claimed_run_and_recorded_on_their_own(
         "a": "idle", "b": "idle", "bad": "backoff"}
 
 
+def test_keys_waiting_for_a_run_thread_cost_one_statement_each_not_two(
+        kube, namespace, probe_crds, reg, redis_client):
+    """A run thread with keys waiting ends each run and claims the next key in one statement
+    (client-go's Done then Get): four keys, five statements on the ledger - and each key is
+    still claimed, run and recorded on its own, a stale message among them still dropped."""
+    from django.db import connection
+
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ctx.patch_status({"seen": obj["spec"]["value"]})
+
+    statements: list[str] = []
+
+    def seen(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    names = ["a", "b", "c", "d"]
+    for name in ["first", *names]:
+        make_probe(kube, namespace, name, value=1)
+    # The reconciler's first run writes its capability evidence in a transaction of its own.
+    first = runner.run(*enqueue("first", Probe.name(), namespace), registry=reg)
+    assert first.outcome == "success"
+    items = [enqueue(n, Probe.name(), namespace) for n in names]
+    stale = (items[0][0], items[0][1] + 1)  # a duplicate with a token the ledger never sent
+    with connection.execute_wrapper(seen):
+        reports = runner.run_many([*items, stale], registry=reg)
+    assert [r.outcome for r in reports] == ["success", "success", "success", "success", ""]
+    assert reports[4].dropped
+    assert len([sql for sql in statements if "reconcilers_workitem" in sql]) == 1 + len(names)
+    assert {r.name: r.outcome for r in ReconcileRecord.objects.all()} == dict.fromkeys(
+        ["first", *names], "success")
+    assert {w.name: w.state for w in WorkItem.objects.all()} == dict.fromkeys(
+        ["first", *names], "idle")
+    for name in names:
+        got = client.CustomObjectsApi(kube).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+        assert got["status"]["seen"] == 1
+
+
 def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_client, caplog,
                                                                        monkeypatch):
     """Connections outlive runs and are checked at most once a second per thread; one that

@@ -15,24 +15,25 @@ from reconcilers import deadlines, runpool
 @pytest.fixture
 def pool():
     yield runpool
-    if runpool._executor is not None:
-        runpool._executor.shutdown(wait=True)
-    runpool._slots = runpool._executor = None  # back to "not configured"
+    if runpool._line is not None:
+        runpool._line.stop()
+    runpool._line = None  # back to "not configured"
 
 
 def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_packed(pool):
     pool.configure(2)
     running, peak, lock = 0, 0, threading.Lock()
+    threads: set[str] = set()
 
-    def run(item: int) -> int:
+    def run(item: int, taken) -> int:
         nonlocal running, peak
-        with pool.slot():
-            with lock:
-                running += 1
-                peak = max(peak, running)
-            time.sleep(0.05)
-            with lock:
-                running -= 1
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
         return item * 10
 
     results: dict[str, list[int]] = {}
@@ -40,12 +41,9 @@ def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_pa
     def message(name: str, items: list[int]) -> None:  # a Celery pool thread
         results[name] = pool.run_all(run, items)
 
-    def single(name: str) -> None:  # a message of one key runs in its Celery thread
-        results[name] = [run(7)]
-
     celery_threads = [threading.Thread(target=message, args=(n, list(range(i, i + 4))))
                       for i, n in enumerate("abc")]
-    celery_threads += [threading.Thread(target=single, args=(n,)) for n in "de"]
+    celery_threads += [threading.Thread(target=message, args=(n, [7])) for n in "de"]
     for t in celery_threads:
         t.start()
     for t in celery_threads:
@@ -53,13 +51,14 @@ def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_pa
     assert results == {"a": [0, 10, 20, 30], "b": [10, 20, 30, 40], "c": [20, 30, 40, 50],
                        "d": [70], "e": [70]}
     assert peak == 2
+    assert threads == {"run-0", "run-1"}  # never a Celery thread: they hold no connection
 
 
 def test_every_key_of_a_message_runs_even_when_one_raises(pool):
     pool.configure(2)
     seen: list[int] = []
 
-    def run(item: int) -> int:
+    def run(item: int, taken) -> int:
         seen.append(item)
         if item == 1:
             raise ConnectionError("database went away")
@@ -72,6 +71,40 @@ def test_every_key_of_a_message_runs_even_when_one_raises(pool):
     t.join(10)
     assert sorted(seen) == [0, 1, 2]
     assert isinstance(outcome[0], ConnectionError)
+
+
+@pytest.mark.parametrize("threaded", [True, False], ids=["run threads", "main thread"])
+def test_an_ending_run_takes_up_the_next_waiting_key_on_its_own_thread(pool, threaded):
+    """``take_next`` hands the run the key waiting longest - out of the line, so no other
+    thread runs it - and what the run passes on reaches that key's own run, which follows on
+    the same thread; a run that raises after taking one still leaves it to run."""
+    if threaded:
+        pool.configure(1)
+    ran: list[tuple[int, object, str]] = []
+
+    def run(item: int, taken) -> int:
+        ran.append((item, taken, threading.current_thread().name))
+        nxt = pool.take_next()
+        assert pool.take_next() is None  # one at a time
+        if nxt is not None and item == 0:
+            nxt.taken = f"claimed by {item}"
+        if item == 1:
+            raise RuntimeError("after taking the next one up")
+        return item
+
+    results: list = []
+    t = threading.Thread(target=lambda: results.extend(_raised(
+        lambda: results.append(pool.run_all(run, [0, 1, 2])))))
+    if threaded:
+        t.start()
+        t.join(10)
+    else:
+        t.run()  # in this (main) thread
+    assert [(i, taken) for i, taken, _ in ran] == [
+        (0, runpool.NOT_TAKEN), (1, "claimed by 0"), (2, runpool.NOT_TAKEN)]
+    assert len({name for _, _, name in ran}) == 1
+    assert isinstance(results[0], RuntimeError)
+    assert pool.take_next() is None  # outside a run: nothing to take
 
 
 def _raised(fn) -> list[BaseException]:
@@ -88,7 +121,7 @@ def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(po
     assert threading.current_thread() is threading.main_thread()
     order: list[str] = []
 
-    def run(item: str) -> str:
+    def run(item: str, taken) -> str:
         order.append(item)
         with deadlines.guard(item, soft=0.2, hard=5):
             if item == "spins":
