@@ -8,7 +8,8 @@ clock, so it is atomic across every worker process and host:
 - ``claim``    queued (or backoff that is due) -> running, only for the message whose token
                matches: a stale or duplicate message claims nothing and is dropped.
 - ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
-               holder of the current token.
+               holder of the current token; with the run's history row, and with the claim of
+               the key its thread runs next (``finish_recorded_then_claim``), in one statement.
 - ``reap``     recover what a crash or a lost message left behind (beat).
 
 A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
@@ -273,9 +274,7 @@ def finish_recorded_then_claim(claim_: Claim, decision: Decision, max_countdown:
     lost its key raises ``LeaseLost`` with the next run in ``next_claim``: the claim stands."""
     if then.key == claim_.key:
         raise ValueError("a run's own key cannot be claimed by the statement that ends it")
-    follow_up, record_id, next_claim = _finish(claim_, decision, max_countdown, debounce,
-                                               record, then)
-    return follow_up, record_id, next_claim
+    return _finish(claim_, decision, max_countdown, debounce, record, then)
 
 
 def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
