@@ -71,6 +71,7 @@ class Soak:
     objects: int
     namespaces: int
     work: Path
+    pool: str = "prefork"  # the workers' Celery pool: prefork, or threads (the default layout)
     rng: random.Random = field(init=False)
     faults: dict = field(default_factory=dict)
     changes: int = 0
@@ -154,7 +155,7 @@ class Soak:
         self.watchers = [Proc(f"watcher{i}", [py, "manage.py", "watch"]) for i in range(2)]
         self.workers = [Proc(f"worker{i}", [
             py, "-m", "celery", "-A", "operator_project", "worker", "--loglevel", "WARNING",
-            "--pool", "prefork", "--concurrency", "2", "--hostname", f"soak{i}-%h",
+            "--pool", self.pool, "--concurrency", "2", "--hostname", f"soak{i}-%h",
             "--without-gossip", "--without-mingle"]) for i in range(3)]
         self.beat = Proc("beat", [py, "-m", "celery", "-A", "operator_project", "beat",
                                   "--loglevel", "WARNING", "--schedule",
@@ -289,13 +290,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to let the operator converge after the faults stop")
     parser.add_argument("--each-fault", action="store_true",
                         help="inject every kind of fault at least once (CI's short soak)")
+    parser.add_argument("--pool", choices=["prefork", "threads"], default="prefork",
+                        help="the workers' Celery pool (threads: the default layout's)")
     parser.add_argument("--work", type=Path, default=REPO / ".local" / "soak")
     parser.add_argument("--report", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args(argv)
 
-    soak = Soak(args.minutes, args.seed, args.objects, args.namespaces, args.work)
+    soak = Soak(args.minutes, args.seed, args.objects, args.namespaces, args.work, args.pool)
     print(f"soak: seed {args.seed}, {args.minutes:g} min, {args.objects} objects in "
-          f"{args.namespaces} namespaces; logs in {args.work}", flush=True)
+          f"{args.namespaces} namespaces, {args.pool} workers; logs in {args.work}", flush=True)
     started = time.monotonic()
     soak.setup()
     soak.start_operator()
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         soak.stop()
         for ns in soak.ns:
             soak.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    result.update({"seed": args.seed, "minutes": args.minutes, "faults": soak.faults,
+    result.update({"seed": args.seed, "minutes": args.minutes, "pool": args.pool,
+                   "faults": soak.faults,
                    "changes": soak.changes, "seconds": round(time.monotonic() - started)})
     print(json.dumps(result, indent=2), flush=True)
     if args.report:

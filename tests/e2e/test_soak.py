@@ -32,14 +32,17 @@ def test_a_run_stopped_past_its_lease_that_writes_nothing_after_is_no_overlap(tm
     assert check.side_channel_overlaps(trace)[1] == []
 
 
-def test_a_short_soak_keeps_every_promise(stack, tmp_path):
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_short_soak_keeps_every_promise(stack, tmp_path, pool):
+    """Both pools: prefork children run a message's keys one by one; the thread pool's run
+    threads hand each ending run the next waiting key (``runpool.take_next``)."""
     from django.db import connections
 
     connections.close_all()  # the soak restarts PostgreSQL under this process
     report = tmp_path / "soak.json"
     result = subprocess.run(
         [sys.executable, "-m", "soak", "--minutes", "1.5", "--objects", "90", "--seed", "7",
-         "--each-fault", "--settle", "180", "--work", str(tmp_path / "work"),
+         "--each-fault", "--settle", "180", "--pool", pool, "--work", str(tmp_path / "work"),
          "--report", str(report)],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert report.exists(), result.stdout[-3000:] + result.stderr[-3000:]
