@@ -338,12 +338,11 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
     with _cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    finished = 4 if record is not None else 3
     next_claim = None
     if then is not None:
-        claimed = row[finished:]
+        claimed = row[len(columns):]
         next_claim = then.claim(claimed if claimed[0] is not None else None, started)
-        row = row[:finished] if row[0] is not None else None
+        row = row[:len(columns)] if row[0] is not None else None
     if row is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
                         "re-queued the key", next_claim=next_claim)

@@ -136,10 +136,8 @@ class Job:
         """Claim (unless the run before it on this thread did: ``taken`` is that claim, or
         ``None`` for a stale message), run, record."""
         key, cls = self.key, _class_of(self.registry, self.key)
-        if isinstance(taken, Claim) or taken is None:
-            claim = taken
-        else:
-            claim = _claim(key, self.token, self.worker, RunLimits.of(cls and cls.timeout).lease)
+        claim = taken if isinstance(taken, Claim) or taken is None else _claim(
+            self.claim_request())
         if claim is None:
             metrics.messages_stale_total.labels(key.reconciler).inc()
             return RunReport(dropped=True)
@@ -203,25 +201,29 @@ _checked = threading.local()
 CONNECTION_CHECK_EVERY = 1.0  # seconds
 
 
-def _claim(key: Key, token: int, worker: str, lease: float) -> Claim | None:
-    """``workqueue.claim`` on a sound connection. Connections outlive tasks
-    (``CELERY_DB_REUSE_MAX``), so old or broken ones are retired first - at most once a second
-    per thread: with ``CONN_HEALTH_CHECKS`` that costs a ``SELECT 1`` round trip, which once
-    per run was one per key. A connection broken since (a database restart) fails the claim,
-    which then runs once more on a new one."""
+def _check_connection() -> None:
+    """Connections outlive tasks (``CELERY_DB_REUSE_MAX``), so old or broken ones are retired
+    before a run is claimed - at most once a second per thread: with ``CONN_HEALTH_CHECKS``
+    that costs a ``SELECT 1`` round trip, which once per run was one per key."""
     now = time.monotonic()
     suspect = connection.connection is not None and (
         connection.errors_occurred or not connection.get_autocommit())  # left so by a run
     if suspect or now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
         close_old_connections()
         _checked.at = now
+
+
+def _claim(request: ClaimRequest) -> Claim | None:
+    """``workqueue.claim`` on a sound connection (``_check_connection``). A connection broken
+    since (a database restart) fails the claim, which then runs once more on a new one."""
+    _check_connection()
     try:
-        return workqueue.claim(key, token, worker, lease)
+        return workqueue.claim(*request)
     except (OperationalError, InterfaceError) as exc:
         log.warning("%s: claim failed on a broken database connection (%s); retrying on a "
-                    "new one", key, exc)
+                    "new one", request.key, exc)
         connection.close()
-        return workqueue.claim(key, token, worker, lease)
+        return workqueue.claim(*request)
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,8 @@ def _done_then_next(claim: Claim, decision: Decision, debounce: float, row: work
     waiting = runpool.take_next() if attempt == 0 else None
     job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
     then = job.claim_request() if job is not None and job.key != claim.key else None
+    if then is not None:
+        _check_connection()  # this statement claims a run: a busy thread's only claim
     try:
         follow_up, record_id, next_claim = workqueue.done_recorded(claim, decision, debounce,
                                                                    row, then)

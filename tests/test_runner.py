@@ -230,6 +230,32 @@ def test_keys_waiting_for_a_run_thread_cost_one_statement_each_not_two(
         assert got["status"]["seen"] == 1
 
 
+def test_a_busy_run_thread_still_retires_old_connections_before_each_claim(
+        kube, namespace, probe_crds, reg, redis_client, monkeypatch):
+    """Claims made by the statement that ends the previous run are claims too: the thread
+    checks its connection before them (at most once a second), as before a claim of its own,
+    so a worker that never runs out of keys still retires connections past their age."""
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            pass
+
+    names = ["first", "a", "b", "c"]
+    for name in names:
+        make_probe(kube, namespace, name, value=1)
+    assert runner.run(*enqueue("first", Probe.name(), namespace), registry=reg).outcome == (
+        "success")  # its capability evidence is written in a transaction of its own
+    checks = []
+    monkeypatch.setattr(runner, "CONNECTION_CHECK_EVERY", 0)
+    monkeypatch.setattr(runner, "close_old_connections", lambda: checks.append(1))
+    reports = runner.run_many([enqueue(n, Probe.name(), namespace) for n in names[1:]],
+                              registry=reg)
+    assert [r.outcome for r in reports] == ["success"] * 3
+    assert len(checks) == 3  # one claim of its own, then two made by ending a run
+
+
 def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_client, caplog,
                                                                        monkeypatch):
     """Connections outlive runs and are checked at most once a second per thread; one that
