@@ -94,3 +94,45 @@ def test_benchitems_outside_bench_namespaces_stop_the_harness(stack, tmp_path):
     finally:
         workload.delete_namespaces(kube, [namespace])
     assert namespace not in workload.foreign_items(kube)
+
+
+@pytest.mark.timeout(60)
+def test_measured_sources_are_loaded_from_current_bytecode(tmp_path):
+    """Each implementation is measured as deployed, from compiled modules (the image runs
+    ``compileall``): under ``PYTHONDONTWRITEBYTECODE`` an edited module would otherwise be
+    compiled again at every process start, inside the timed restart."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bench.impls.base import compile_bytecode
+
+    pkg = tmp_path / "measured"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    module = pkg / "mod.py"
+    module.write_text("VALUE = 1\n")
+    compile_bytecode(pkg)
+    time.sleep(1.1)  # a pyc records its source's mtime in whole seconds
+    module.write_text("VALUE = 22\n")
+
+    def start() -> list[str]:
+        """A new process imports the module: its value, and how many sources it compiled."""
+        probe = ("import importlib._bootstrap_external as e; compiled = []; "
+                 "orig = e.SourceLoader.source_to_code; "
+                 "e.SourceLoader.source_to_code = lambda self, data, path, **kw: "
+                 "(compiled.append(path), orig(self, data, path, **kw))[1]; "
+                 "import measured.mod as m; print(m.VALUE, len(compiled))")
+        env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True, check=True).stdout.split()
+
+    assert start() == ["22", "1"]  # stale bytecode: compiled at start, every start
+    assert start() == ["22", "1"]
+    compile_bytecode(pkg)
+    assert start() == ["22", "0"]
+
+    (pkg / "broken.py").write_text("def (:\n")
+    with pytest.raises(RuntimeError, match="could not compile"):
+        compile_bytecode(pkg)

@@ -9,6 +9,7 @@ for the record. Nothing here knows about scenarios.
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 import subprocess
@@ -141,6 +142,17 @@ class Impl:
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
         return Proc.spawn(name, argv, env, self.logs(), ledger=self.cfg.work_dir / "procs.txt")
+
+
+def compile_bytecode(*dirs: Path) -> None:
+    """Compile the Python sources an implementation runs from, as the image does (``compileall``
+    in the Dockerfile; pip does it for installed packages). Where ``PYTHONDONTWRITEBYTECODE`` is
+    set (containers, CI), a source without current bytecode is compiled again at every process
+    start: ~60 ms of each start from a fresh clone, ~30 ms of a watcher restart in a tree with a
+    few edited modules - a cost no deployment pays, so no measurement may either."""
+    for d in dirs:
+        if not compileall.compile_dir(str(d), quiet=1):
+            raise RuntimeError(f"could not compile {d}")
 
 
 def _start_time(pid: int) -> str:

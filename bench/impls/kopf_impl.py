@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import BENCH, cache_root
-from .base import Impl
+from .base import Impl, compile_bytecode
 
 PEER = BENCH / "peers" / "kopf"
 REQUIREMENTS = PEER / "requirements.txt"
@@ -51,6 +51,7 @@ class Kopf(Impl):
 
     def prepare(self) -> None:
         ensure_venv()
+        compile_bytecode(PEER)
 
     def start(self, trace: Path, sleep_ms: int = 0) -> None:
         venv = venv_dir()

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..config import REPO
-from .base import Impl, Proc
+from .base import Impl, Proc, compile_bytecode
 
 RECONCILER = "benchitems.bench.operator.local"
 TABLES = ("reconcilers_workitem", "reconcilers_reconcilerecord", "reconcilers_watchstream")
@@ -77,6 +77,8 @@ class ThisProject(Impl):
                 "RECONCILERS_WATCHER_SCHEDULES": "0" if self.beat else "1"}
 
     def prepare(self) -> None:
+        compile_bytecode(*(REPO / d for d in ("reconcilers", "operator_project", "migrations",
+                                              "bench")))
         ensure_database(self.cfg.database_url)
         self._migrate()
 
