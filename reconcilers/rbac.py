@@ -62,7 +62,9 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
     rules = [_rule([group], resources, vs) for (group, vs), resources in by_group.items()]
     rules.append(_rule([""], ["events"], ["create", "patch"]))
     lease = settings().lease_name
-    rules.append(_rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [lease]))
+    # watch: a standby sees the Lease released at once (``leader``).
+    rules.append(_rule(["coordination.k8s.io"], ["leases"], ["get", "update", "watch"],
+                       [lease]))
     rules.append(_rule(["coordination.k8s.io"], ["leases"], ["create"]))
     if crd_names:
         rules.append(_rule(["apiextensions.k8s.io"], ["customresourcedefinitions"],

@@ -67,6 +67,12 @@ def connect() -> None:
     """Open this thread's database connection and the sender's broker connection before the
     first ``add`` needs them: a restarted watcher's first keys waited ~40 ms for both."""
     db_connection.ensure_connection()
+    connect_sender()
+
+
+def connect_sender() -> None:
+    """The sender's connection and set-up, which the process shares: a standby watcher makes
+    them while it waits, and takes over ~20 ms sooner."""
     _connect()
 
 

@@ -121,3 +121,81 @@ def test_a_dead_holder_with_a_clock_far_ahead_is_replaced(api, namespace):
         b.step()
         time.sleep(0.2)
     assert b.is_leader.is_set()
+
+
+def _campaign(e: leader.LeaderElector) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=e.run, args=(stop,), daemon=True)
+    thread.start()
+    return thread, stop
+
+
+def test_a_standby_takes_a_released_lease_at_once_not_at_its_next_round(api, namespace):
+    """A rolling update: the leader stops cleanly and releases; the standby watching the Lease
+    leads well before its next round (8 s away here) would have found it free."""
+    a = elector(api, namespace, "a", lease=60.0)
+    a.step()
+    b = elector(api, namespace, "b", lease=60.0)
+    assert b.retry_period == 8.0
+    thread, stop = _campaign(b)
+    try:
+        assert b.watching.wait(10), "the standby never opened its Lease watch"
+        time.sleep(0.5)  # its first round is over: it found the Lease held
+        assert not b.is_leader.is_set()
+        released = time.monotonic()
+        a.release()
+        assert b.is_leader.wait(4.0), "the standby waited for its next round"
+        assert time.monotonic() - released < b.retry_period
+        lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+        assert lease["spec"]["holderIdentity"] == "b"
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    # ... and its own clean stop released the Lease in turn.
+    lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+    assert not lease["spec"].get("holderIdentity")
+
+
+def test_a_standby_that_may_not_watch_the_lease_still_takes_over_at_its_next_round(
+        api, namespace, monkeypatch, caplog):
+    def forbidden(self, api, stop):
+        raise kube.ApiError(403, "Forbidden", "leases is forbidden: cannot watch")
+
+    monkeypatch.setattr(leader.LeaderElector, "_watch_once", forbidden)
+    a = elector(api, namespace, "a")
+    a.step()
+    b = elector(api, namespace, "b")  # lease 3 s: a round every 0.4 s
+    thread, stop = _campaign(b)
+    try:
+        time.sleep(1.0)
+        assert not b.is_leader.is_set()
+        a.release()
+        assert b.is_leader.wait(5.0)
+    finally:
+        stop.set()
+        thread.join(10)
+    warnings = [r for r in caplog.records if "cannot watch the Lease" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not at every reconnect
+
+
+def test_the_leader_ignores_its_own_renewals_on_the_watch(api, namespace):
+    """Renewals change the Lease every round; they must not make the leader renew faster."""
+    a = elector(api, namespace, "a", lease=3.0)  # a round every 0.4 s
+    rounds = {"n": 0}
+    step = a.step
+
+    def counted():
+        rounds["n"] += 1
+        step()
+
+    a.step = counted
+    thread, stop = _campaign(a)
+    try:
+        assert a.is_leader.wait(5) and a.watching.wait(10)
+        rounds["n"] = 0
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert rounds["n"] <= 2.0 / a.retry_period + 1

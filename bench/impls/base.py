@@ -105,6 +105,16 @@ class Impl:
         self.stop()
         self.start(trace, sleep_ms)
 
+    # A standby (a second watcher process that takes over when the leader stops): only
+    # implementations that have one define these (the relist scenario's third mode).
+    supports_standby = False
+
+    def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
+        raise NotImplementedError
+
+    def stop_leader(self) -> None:
+        raise NotImplementedError
+
     # --- what the harness measures -----------------------------------------------------------
 
     def roots(self) -> list[int]:
@@ -146,10 +156,11 @@ class Impl:
 
 def compile_bytecode(*dirs: Path) -> None:
     """Compile the Python sources an implementation runs from, as the image does (``compileall``
-    in the Dockerfile; pip does it for installed packages). Where ``PYTHONDONTWRITEBYTECODE`` is
-    set (containers, CI), a source without current bytecode is compiled again at every process
-    start: ~60 ms of each start from a fresh clone, ~30 ms of a watcher restart in a tree with a
-    few edited modules - a cost no deployment pays, so no measurement may either."""
+    in the Dockerfile; pip does it for installed packages): no measured start pays for
+    compiling, whether or not its environment lets Python write bytecode (a source without
+    current bytecode under ``PYTHONDONTWRITEBYTECODE`` is compiled again at every start: ~60 ms
+    of each from a fresh clone, ~30 ms of a watcher restart in a tree with a few edited
+    modules)."""
     for d in dirs:
         if not compileall.compile_dir(str(d), quiet=1):
             raise RuntimeError(f"could not compile {d}")

@@ -70,6 +70,7 @@ class ThisProject(Impl):
     pool: str = "threads"
     beat: bool = False
     debounce: float = 0.0  # Reconciler.debounce of the BenchItem reconciler (opt-in)
+    supports_standby = True
 
     def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
         return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg),
@@ -131,6 +132,21 @@ class ThisProject(Impl):
         watcher = next(p for p in self.procs if p.name == "watcher")
         watcher.stop()
         self.procs[self.procs.index(watcher)] = self._watcher(self.env(trace, sleep_ms))
+
+    def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
+        """A second watcher campaigning for the Lease, as the cluster manifests run two."""
+        env = {**self.env(trace, sleep_ms), "OPERATOR_WATCHER_HTTP_PORT": "0"}
+        self.procs.append(self.spawn("standby", [sys.executable, "manage.py", "watch",
+                                                 RECONCILER], env))
+
+    def stop_leader(self) -> None:
+        """The leading watcher stops cleanly (a rolling update's old pod); the standby, which
+        watches the Lease, leads from its release on."""
+        watcher = next(p for p in self.procs if p.name == "watcher")
+        watcher.stop()
+        self.procs.remove(watcher)
+        standby = next(p for p in self.procs if p.name == "standby")
+        standby.name = "watcher"
 
     def describe(self) -> dict:
         return {

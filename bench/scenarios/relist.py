@@ -8,6 +8,9 @@ Two ways, both applied to each implementation:
 - ``restart``: whatever holds the watches is restarted (this project: the watcher process only,
   workers keep running; kopf and controller-runtime: their one process), so it lists all N
   objects again.
+- ``standby``: where an implementation has a standby (this project: a second watcher), the
+  leader stops cleanly with the standby running, as in a rolling update of two replicas; the
+  standby takes over.
 
 At the disruption the canary object gets a new generation; "resume" is the time from the
 disruption to the canary converged (seen by the observer). Reconciles are counted until none
@@ -36,6 +39,19 @@ def drop_connections(impl: Impl, api_port: int) -> int:
     return len(ports)
 
 
+def start_standby(impl: Impl, trace, timeout: float = 60) -> None:
+    """Start the standby and wait until it campaigns: started up (it says so), then a second
+    for its first round and its Lease watch."""
+    impl.start_standby(trace)
+    standby = next(p for p in impl.procs if p.name == "standby")
+    deadline = time.monotonic() + timeout
+    while "watching " not in standby.log_tail():
+        if not standby.alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the standby did not start: {standby.log_tail()}")
+        time.sleep(0.1)
+    time.sleep(1.0)
+
+
 def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
     namespaces = max(1, math.ceil(n / 1000))
     results = {}
@@ -46,12 +62,18 @@ def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
                                max(120.0, n / 5)):
             raise TimeoutError(f"{impl.name}: {n} objects did not converge before the relist")
         r.wait_quiet(0, quiet=2.0, timeout=120)
-        for mode in ("connections-dropped", "restart"):
+        modes = ["connections-dropped", "restart"] + (["standby"] if impl.supports_standby
+                                                       else [])
+        for mode in modes:
+            if mode == "standby":
+                start_standby(impl, r.trace)
             meter = Meter(h, impl, sample_rss=False).start()
             t0 = time.time()
+            dropped = None
             if mode == "restart":
                 impl.restart_watch(r.trace)
-                dropped = None
+            elif mode == "standby":
+                impl.stop_leader()
             else:
                 dropped = drop_connections(impl, h.cfg.stack.apiserver_port)
             _, generation = r.bump_canary()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import sys
@@ -12,11 +13,13 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import checks, crds, leader, periodic, probes, tasks, watch
+from reconcilers import checks, crds, leader, periodic, probes, tasks, watch, workqueue
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
 from reconcilers.runner import worker_identity
+
+log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -72,6 +75,7 @@ class Command(BaseCommand):
                                            conf.leader_lease_seconds)
             campaign = threading.Thread(target=elector.run, args=(stop,), daemon=True)
             campaign.start()
+            threading.Thread(target=_ready_sender, daemon=True, name="sender").start()
         health.elector = elector
 
         self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")
@@ -136,3 +140,12 @@ class Command(BaseCommand):
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
         return False
+
+
+def _ready_sender() -> None:
+    """While the campaign decides, connect the sender a leader needs (a standby: long before
+    it takes over). A failure is only a slower first message: the enqueuer connects again."""
+    try:
+        workqueue.connect_sender()
+    except Exception as exc:
+        log.warning("could not connect the sender ahead of leading: %s", exc)
