@@ -142,11 +142,16 @@ class LeaderElector:
         every retry period, and at once when the Lease watch sees it released."""
         threading.Thread(target=self._forward_stop, args=(stop,), daemon=True,
                          name="lease-stop").start()
-        threading.Thread(target=self._watch, args=(stop,), daemon=True,
-                         name="lease-watch").start()
+        watch: threading.Thread | None = None
         while not stop.is_set():
             self._wake.clear()  # before the round: a release seen during it still wakes
             self.step()
+            if watch is None and not self.is_leader.is_set():
+                # Only a standby needs it: a watcher that leads at once (a restart) does not
+                # pay for the connection on its way to streaming.
+                watch = threading.Thread(target=self._watch, args=(stop,), daemon=True,
+                                         name="lease-watch")
+                watch.start()
             self._wake.wait(self.retry_period)
         if self.is_leader.is_set():
             self.release()
@@ -175,10 +180,13 @@ class LeaderElector:
                 except Exception as exc:
                     if stop.is_set():
                         break
-                    if not warned:
-                        log.warning("leader election: cannot watch the Lease (%s); a standby "
+                    refused = isinstance(exc, kube.ApiError) and exc.permanent
+                    if refused and not warned:
+                        log.warning("leader election: may not watch the Lease (%s); a standby "
                                     "takes over at its next round instead", exc)
                         warned = True
+                    elif not refused:
+                        log.info("leader election: Lease watch: %s; reconnecting", exc)
                     stop.wait(delay)
                     delay = min(delay * 2, 30.0)
         finally:

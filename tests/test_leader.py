@@ -175,27 +175,58 @@ def test_a_standby_that_may_not_watch_the_lease_still_takes_over_at_its_next_rou
     finally:
         stop.set()
         thread.join(10)
-    warnings = [r for r in caplog.records if "cannot watch the Lease" in r.getMessage()]
+    warnings = [r for r in caplog.records if "may not watch the Lease" in r.getMessage()]
     assert len(warnings) == 1  # said once, not at every reconnect
 
 
-def test_the_leader_ignores_its_own_renewals_on_the_watch(api, namespace):
-    """Renewals change the Lease every round; they must not make the leader renew faster."""
-    a = elector(api, namespace, "a", lease=3.0)  # a round every 0.4 s
+def test_a_standby_that_took_over_ignores_its_own_renewals_on_the_watch(api, namespace):
+    """Renewals change the Lease every round; they must not make the new leader renew faster."""
+    a = elector(api, namespace, "a", lease=3.0)
+    a.step()
+    b = elector(api, namespace, "b", lease=3.0)  # a round every 0.4 s
     rounds = {"n": 0}
-    step = a.step
+    step = b.step
 
     def counted():
         rounds["n"] += 1
         step()
 
-    a.step = counted
-    thread, stop = _campaign(a)
+    b.step = counted
+    thread, stop = _campaign(b)
     try:
-        assert a.is_leader.wait(5) and a.watching.wait(10)
+        assert b.watching.wait(10)
+        a.release()
+        assert b.is_leader.wait(5)
         rounds["n"] = 0
         time.sleep(2.0)
+        assert b.watching.is_set()  # still watching: its own renewals arrive, and are ignored
     finally:
         stop.set()
         thread.join(10)
-    assert rounds["n"] <= 2.0 / a.retry_period + 1
+    assert rounds["n"] <= 2.0 / b.retry_period + 1
+
+
+def test_a_watcher_that_leads_at_once_opens_no_lease_watch(api, namespace, monkeypatch):
+    """A restarted watcher with no rival: nothing but the rounds on its way to streaming."""
+    opened = []
+    monkeypatch.setattr(leader.LeaderElector, "_watch", lambda self, stop: opened.append(self))
+    a = elector(api, namespace, "a", lease=3.0)
+    thread, stop = _campaign(a)
+    try:
+        assert a.is_leader.wait(5)
+        time.sleep(1.0)  # two more rounds, all won
+    finally:
+        stop.set()
+        thread.join(10)
+    assert opened == []
+    a.step()  # its clean stop released the Lease: it takes it back
+    b = elector(api, namespace, "b", lease=3.0)
+    thread, stop = _campaign(b)  # b stands by, and watches
+    try:
+        deadline = time.monotonic() + 5
+        while not opened and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert opened == [b]

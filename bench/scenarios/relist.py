@@ -40,8 +40,9 @@ def drop_connections(impl: Impl, api_port: int) -> int:
 
 
 def start_standby(impl: Impl, trace, timeout: float = 60) -> None:
-    """Start the standby and wait until it campaigns: started up (it says so), then a second
-    for its first round and its Lease watch."""
+    """Start the standby and wait until it stands by: started up (it says so), then two
+    seconds for its first round, its Lease watch and its sender (connected once its first
+    second without the Lease has passed)."""
     impl.start_standby(trace)
     standby = next(p for p in impl.procs if p.name == "standby")
     deadline = time.monotonic() + timeout
@@ -49,7 +50,7 @@ def start_standby(impl: Impl, trace, timeout: float = 60) -> None:
         if not standby.alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the standby did not start: {standby.log_tail()}")
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(2.0)
 
 
 def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:

@@ -75,13 +75,16 @@ class Command(BaseCommand):
                                            conf.leader_lease_seconds)
             campaign = threading.Thread(target=elector.run, args=(stop,), daemon=True)
             campaign.start()
-            threading.Thread(target=_ready_sender, daemon=True, name="sender").start()
         health.elector = elector
 
         self.stdout.write(f"watching {', '.join(names)} as {identity}", ending="\n")
         self.stdout.flush()
+        sender_readied = False
         while not stop.is_set():
             if elector is not None and not elector.is_leader.wait(1):
+                if not sender_readied:  # a standby: ready to send long before it leads
+                    threading.Thread(target=_ready_sender, daemon=True, name="sender").start()
+                    sender_readied = True
                 watch.heartbeat(identity)
                 health.tick()
                 continue
@@ -143,8 +146,8 @@ class Command(BaseCommand):
 
 
 def _ready_sender() -> None:
-    """While the campaign decides, connect the sender a leader needs (a standby: long before
-    it takes over). A failure is only a slower first message: the enqueuer connects again."""
+    """Connect the sender a leader needs while standing by. A failure is only a slower first
+    message: the enqueuer connects again when it leads."""
     try:
         workqueue.connect_sender()
     except Exception as exc:
