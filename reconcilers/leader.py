@@ -180,7 +180,7 @@ class LeaderElector:
                 except Exception as exc:
                     if stop.is_set():
                         break
-                    refused = isinstance(exc, kube.ApiError) and exc.permanent
+                    refused = isinstance(exc, kube.ApiError) and exc.status in (401, 403)
                     if refused and not warned:
                         log.warning("leader election: may not watch the Lease (%s); a standby "
                                     "takes over at its next round instead", exc)
@@ -199,8 +199,10 @@ class LeaderElector:
         resp = kube.request(api, "GET", kube.LEASES.path(self.namespace), query=query,
                             timeout=(self._timeout[0], 330), stream=True)
         self._watch_resp = resp
-        self.watching.set()
         try:
+            if stop.is_set():  # stopped while connecting: ``_forward_stop`` saw no stream
+                return
+            self.watching.set()
             buf = b""
             for chunk in resp.stream(amt=None, decode_content=True):
                 if stop.is_set():
