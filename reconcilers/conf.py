@@ -79,7 +79,9 @@ class Settings:
     lease_namespace: str = _s("default", "Namespace of the leader-election Lease.")
     lease_name: str = _s("django-crd-operator-watcher", "Name of the leader-election Lease.")
     leader_lease_seconds: float = _s(15.0, "Lease duration: a standby takes over this long "
-                                           "after the leader stops renewing.")
+                                           "after a leader that died stops renewing (one that "
+                                           "stops cleanly releases the Lease, and a standby "
+                                           "watching it takes over at once).")
     namespaces: str = _s("", "Comma-separated namespaces to watch (empty = all).")
     apply_crds: bool = _s(False, "Server-side apply the CRDs of enabled reconcilers when the "
                                  "watcher starts.")
