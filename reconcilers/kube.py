@@ -14,7 +14,7 @@ import json
 import math
 import os
 from functools import partial
-from typing import Any
+from typing import Any, Iterator
 
 import urllib3
 
@@ -120,6 +120,12 @@ class ApiError(ApiException):
                     retry_after=_retry_after(retry_after), headers=headers)
         error.body = text
         return error
+
+    @classmethod
+    def from_watch_error(cls, status: dict) -> "ApiError":
+        """An ``ERROR`` event's object (a ``Status``) in a watch stream."""
+        return cls(status=status.get("code") or 500, reason=status.get("reason", ""),
+                   message=status.get("message", ""))
 
     @property
     def gone(self) -> bool:
@@ -245,6 +251,22 @@ def _official_request(api: client.ApiClient, method: str, path: str, body: Any,
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
     return json.loads(data) if data else {}
+
+
+def watch_events(resp, *until) -> Iterator[dict]:
+    """A watch response's events (``request(..., stream=True)``), one per line, until the
+    server ends it or one of ``until`` (events) is set."""
+    buf = b""
+    for chunk in resp.stream(amt=None, decode_content=True):
+        if any(e.is_set() for e in until):
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+    if buf.strip():
+        yield json.loads(buf)
 
 
 def get_or_none(api: client.ApiClient, path: str, **kwargs) -> dict | None:

@@ -24,7 +24,6 @@ goes on as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -203,15 +202,8 @@ class LeaderElector:
             if stop.is_set():  # stopped while connecting: ``_forward_stop`` saw no stream
                 return
             self.watching.set()
-            buf = b""
-            for chunk in resp.stream(amt=None, decode_content=True):
-                if stop.is_set():
-                    return
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        self._seen(json.loads(line))
+            for event in kube.watch_events(resp, stop):
+                self._seen(event)
         finally:
             self.watching.clear()
             self._watch_resp = None
@@ -221,8 +213,7 @@ class LeaderElector:
     def _seen(self, event: dict) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
-            raise kube.ApiError(status=obj.get("code") or 500, reason=obj.get("reason", ""),
-                                message=obj.get("message", ""))
+            raise kube.ApiError.from_watch_error(obj)
         if self.is_leader.is_set():
             return  # our own renewals: the rounds run on schedule
         if kind == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity"):

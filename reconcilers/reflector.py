@@ -26,12 +26,11 @@ for a relist through ``relist_requested`` (e.g. after Redis lost the cache).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import threading
 import uuid
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from . import cache, kube, metrics
 from .conf import settings
@@ -239,8 +238,8 @@ class Reflector:
         self._resp = resp
         self._note("connected")
         try:
-            for line in _lines(resp, self.stop_event, self.relist_requested):
-                self.handle(json.loads(line))
+            for event in kube.watch_events(resp, self.stop_event, self.relist_requested):
+                self.handle(event)
         finally:
             self._resp = None
             resp.release_conn()
@@ -253,8 +252,7 @@ class Reflector:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(obj.get("message", ""))
-            raise kube.ApiError(status=obj.get("code") or 500, reason=obj.get("reason", ""),
-                                message=obj.get("message", ""))
+            raise kube.ApiError.from_watch_error(obj)
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         counter = self._events.get(kind)
         if counter is not None:
@@ -351,17 +349,3 @@ class Reflector:
 def _rv(obj: dict | None) -> str | None:
     return ((obj or {}).get("metadata") or {}).get("resourceVersion")
 
-
-def _lines(resp, stop: threading.Event, relist: threading.Event) -> Iterator[bytes]:
-    """The watch body, line by line, until the server ends it or we are told to stop."""
-    buf = b""
-    for chunk in resp.stream(amt=None, decode_content=True):
-        if stop.is_set() or relist.is_set():
-            return
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if buf.strip():
-        yield buf
