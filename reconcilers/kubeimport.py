@@ -9,6 +9,12 @@ registered as *deferred packages*: their submodules import alone, and the first 
 their ``__init__`` defines runs that ``__init__``. ``from kubernetes import client;
 client.CoreV1Api(...)`` in a reconciler works as it always does; it pays for the classes then.
 
+The client's own modules also import libraries for one rare path each: ``requests`` (its
+proxy-bypass check, used only when a proxy is configured) and ``oauthlib`` with
+``requests_oauthlib`` (OIDC token refresh from a kubeconfig): some 130 modules and 30 ms of every
+start. They are imported behind stand-ins (``_Absent``) whose names import the real library on
+first use, so those paths work as before.
+
 If anything imported ``kubernetes`` before this module, nothing is deferred.
 """
 
@@ -19,8 +25,15 @@ import importlib.util
 import sys
 import threading
 import types
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 DEFERRED = ("kubernetes", "kubernetes.client", "kubernetes.client.models")
+# What the client's modules import for a rare path, by module. Each stands in only while its
+# module is imported: the config loaders may import ``requests`` itself (through google-auth or
+# adal, where installed), and must then get the real one.
+OPTIONAL = {"kubernetes.client.rest": ("requests.utils",),
+            "kubernetes.config": ("oauthlib", "oauthlib.oauth2", "requests_oauthlib")}
 
 _lock = threading.RLock()
 
@@ -63,6 +76,66 @@ def _defer(name: str) -> None:
         setattr(sys.modules[parent], child, module)
 
 
+class _Absent(types.ModuleType):
+    """Stands in ``sys.modules`` for an optional library while a client module imports it: a
+    name the import binds (``from requests.utils import x``, ``import oauthlib.oauth2``) is a
+    ``LazyName`` that imports the real library when first used."""
+
+    def __getattr__(self, name: str) -> "LazyName":
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return LazyName(self.__name__, name)
+
+
+_UNRESOLVED = object()
+
+
+class LazyName:
+    """``module.name``, imported on first call or attribute access (a submodule if there is
+    one by that name)."""
+
+    __slots__ = ("_module", "_name", "_value")
+
+    def __init__(self, module: str, name: str):
+        self._module, self._name, self._value = module, name, _UNRESOLVED
+
+    def _resolve(self) -> Any:
+        if self._value is not _UNRESOLVED:
+            return self._value
+        full = f"{self._module}.{self._name}"
+        try:
+            value = importlib.import_module(full)
+        except ModuleNotFoundError as exc:
+            if exc.name != full:
+                raise
+            value = getattr(importlib.import_module(self._module), self._name)
+        self._value = value
+        return value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resolve(), name)
+
+    def __repr__(self) -> str:
+        return f"<deferred {self._module}.{self._name}>"
+
+
+@contextmanager
+def _absent(names: tuple[str, ...]) -> Iterator[None]:
+    """``names`` stand in as ``_Absent`` for the duration, unless already imported (then the
+    client binds the real ones)."""
+    placed = {name: _Absent(name) for name in names if name not in sys.modules}
+    sys.modules.update(placed)
+    try:
+        yield
+    finally:
+        for name, standin in placed.items():
+            if sys.modules.get(name) is standin:
+                del sys.modules[name]
+
+
 def defer_generated_classes() -> None:
     """Register the deferred packages, then import what the framework uses: the configuration,
     the REST client and API client, and the config loaders (which import ``ApiClient`` and
@@ -72,12 +145,15 @@ def defer_generated_classes() -> None:
             return
         for name in DEFERRED:
             _defer(name)
+        with _absent(OPTIONAL["kubernetes.client.rest"]):
+            importlib.import_module("kubernetes.client.rest")
         from kubernetes.client import api_client, configuration
 
         client = sys.modules["kubernetes.client"]
         client.ApiClient = api_client.ApiClient
         client.Configuration = configuration.Configuration
-        importlib.import_module("kubernetes.config")
+        with _absent(OPTIONAL["kubernetes.config"]):
+            importlib.import_module("kubernetes.config")
 
 
 def is_deferred(name: str) -> bool:

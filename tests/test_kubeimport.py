@@ -100,3 +100,64 @@ def test_a_client_imported_before_the_framework_is_left_as_it_is(stack):
               in __import__("sys").modules, kube.version(kube.api_client())["major"])
     """)
     assert out.strip() == "False True 1"
+
+
+RARE = ("requests", "oauthlib", "requests_oauthlib")
+
+
+def test_a_watcher_starts_without_the_libraries_of_the_clients_rare_paths(stack):
+    out = _python(stack, f"""
+        import sys, django
+        django.setup()
+        from reconcilers.management.commands import watch  # noqa: F401
+        from reconcilers import kube
+        print(kube.version(kube.api_client())["major"])
+        print(sorted({{m.split(".")[0] for m in sys.modules}} & set({RARE!r})))
+    """)
+    assert out.split("\n")[:2] == ["1", "[]"]
+
+
+def test_the_clients_rare_paths_still_reach_their_libraries(stack):
+    out = _python(stack, """
+        import django
+        django.setup()
+        from reconcilers import kube  # noqa: F401  (defers the libraries)
+        from kubernetes.client import Configuration
+        from kubernetes.client import rest
+        from kubernetes.config import kube_config
+        import urllib3
+
+        # A proxy is used unless no_proxy names the host (requests' check).
+        def manager(host):
+            cfg = Configuration(host=host)
+            cfg.proxy, cfg.no_proxy = "http://127.0.0.1:3128", "10.0.0.1"
+            return type(rest.RESTClientObject(cfg).pool_manager).__name__
+        print(manager("https://10.0.0.1:6443"), manager("https://10.0.0.2:6443"))
+
+        # OIDC refresh: the session class and the error it catches are the real ones.
+        session = kube_config.OAuth2Session(client_id="operator")
+        print(type(session).__module__, session.client_id)
+        from oauthlib.oauth2.rfc6749.errors import InvalidClientIdError
+        print(kube_config.oauthlib.oauth2.rfc6749.errors.InvalidClientIdError
+              is InvalidClientIdError)
+
+        # Code that imports them itself gets them whole.
+        import requests
+        print(requests.utils.DEFAULT_PORTS["https"], requests.Session.__name__)
+    """)
+    assert out.split("\n")[:4] == ["PoolManager ProxyManager",
+                                   "requests_oauthlib.oauth2_session operator", "True",
+                                   "443 Session"]
+
+
+def test_libraries_imported_before_the_framework_are_bound_as_they_are(stack):
+    out = _python(stack, """
+        import requests.utils, requests_oauthlib, django
+        django.setup()
+        from reconcilers import kube  # noqa: F401
+        from kubernetes.client import rest
+        from kubernetes.config import kube_config
+        print(rest.should_bypass_proxies is requests.utils.should_bypass_proxies,
+              kube_config.OAuth2Session is requests_oauthlib.OAuth2Session)
+    """)
+    assert out.strip() == "True True"
