@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.utils import timezone
 
 from .vocab import Key
 
@@ -265,6 +266,15 @@ class WatchStream(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reconciler} <- {self.resource}"
+
+    @classmethod
+    def record(cls, reconciler: str, resource: str, **values) -> None:
+        """Write a stream's status: one UPDATE (it runs every few seconds per stream, and at a
+        watcher's stop, which a restarted watcher waits for); the first time, a create."""
+        if not cls.objects.filter(reconciler=reconciler, resource=resource).update(
+                **values, updated_at=timezone.now()):
+            cls.objects.update_or_create(reconciler=reconciler, resource=resource,
+                                         defaults=values)
 
 
 class AuditLogQuerySet(models.QuerySet):

@@ -202,9 +202,8 @@ class StreamStatus:
             try:
                 close_old_connections()
                 for h in self.handlers:
-                    WatchStream.objects.update_or_create(
-                        reconciler=h.reconciler.name(), resource=self.gvr.id,
-                        defaults={**values, "role": h.role})
+                    WatchStream.record(h.reconciler.name(), self.gvr.id, **values,
+                                       role=h.role)
             except Exception as exc:  # visibility must never stop the stream
                 log.warning("could not record stream status: %s", exc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from reconcilers.models import Outcome, ReconcileRecord, State, WorkItem
+from reconcilers.models import Outcome, ReconcileRecord, State, WatchStream, WorkItem
 
 pytestmark = pytest.mark.django_db
 
@@ -50,3 +50,18 @@ def test_reconcile_records_list_newest_first():
             outcome=outcome,
         )
     assert [r.outcome for r in ReconcileRecord.objects.all()] == ["success", "error"]
+
+
+def test_a_streams_status_is_created_once_then_updated_in_place():
+    WatchStream.record("foos", "g/v1/foos", connected=True, events=3, role="primary")
+    first = WatchStream.objects.get(reconciler="foos", resource="g/v1/foos")
+    WatchStream.record("foos", "g/v1/foos", connected=False, events=5, last_error="gone",
+                       role="primary")
+    WatchStream.record("bars", "g/v1/foos", connected=True, role="owned")
+    rows = {(r.reconciler, r.resource): r for r in WatchStream.objects.all()}
+    assert len(rows) == 2
+    again = rows[("foos", "g/v1/foos")]
+    assert (again.pk, again.connected, again.events, again.last_error) == (
+        first.pk, False, 5, "gone")
+    assert again.updated_at > first.updated_at
+    assert rows[("bars", "g/v1/foos")].role == "owned"
