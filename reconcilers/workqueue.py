@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Callable, ContextManager, Iterable, Sequence
 
 from django.db import connection as db_connection, transaction
@@ -49,6 +50,7 @@ _sender: Sender | None = None
 _sender_many: ManySender | None = None
 _batch: Callable[[], ContextManager] = contextlib.nullcontext
 _connect: Callable[[], None] = lambda: None
+_connecting = threading.Lock()
 
 
 def set_sender(sender: Sender | None, batch: Callable[[], ContextManager] | None = None,
@@ -71,9 +73,11 @@ def connect() -> None:
 
 
 def connect_sender() -> None:
-    """The sender's connection and set-up, which the process shares: a standby watcher makes
-    them while it waits, and takes over ~20 ms sooner."""
-    _connect()
+    """The sender's connection and set-up, which the process shares: a watcher makes them
+    while its start-up waits on the network. One at a time: a second caller waits for the
+    first and reuses its connection rather than opening another beside it."""
+    with _connecting:
+        _connect()
 
 
 def task_id(key: Key, token: int) -> str:
