@@ -165,27 +165,42 @@ def _apply(task: Task, kwargs: dict, kwargsrepr: str, task_id: str, queue: str |
 @shared_task(name="reconcilers.reap", ignore_result=True)
 def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
-    db.close_old_connections()
-    found = workqueue.reap(broker_backlog())
-    if found.lost_runs:
-        history.record_lost_runs(found.lost_runs)
-        for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so
-            metrics.observe_lost_run(key.reconciler)
-    return len(found.dispatches)
+    with _periodic_connection():
+        found = workqueue.reap(broker_backlog())
+        if found.lost_runs:
+            history.record_lost_runs(found.lost_runs)
+            for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so
+                metrics.observe_lost_run(key.reconciler)
+        return len(found.dispatches)
 
 
 @shared_task(name="reconcilers.resync", ignore_result=True)
 def resync() -> int:
     """Beat: re-enqueue every cached object of each reconciler whose resync period passed."""
-    db.close_old_connections()
-    return resyncs.resync_due()
+    with _periodic_connection():
+        return resyncs.resync_due()
 
 
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
 def prune_history() -> int:
     """Beat: history retention, and the ledger rows of objects long gone."""
+    with _periodic_connection():
+        return history.prune() + workqueue.forget_gone()
+
+
+@contextlib.contextmanager
+def _periodic_connection() -> Iterator[None]:
+    """A periodic task's database connection. In a thread-pool worker the runs' connections
+    are its run threads' (one each, its concurrency); the periodic tasks run on Celery's own
+    threads, which otherwise hold nothing - so they close what they opened rather than leave
+    a connection on every Celery thread (twice the connections the worker is sized for). A
+    reconnect every few seconds at most. Elsewhere (prefork children) the connection stays."""
     db.close_old_connections()
-    return history.prune() + workqueue.forget_gone()
+    try:
+        yield
+    finally:
+        if runpool.configured():
+            db.connection.close()
 
 
 def broker_backlog() -> workqueue.Backlog | None:

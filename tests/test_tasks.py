@@ -159,3 +159,28 @@ def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
 
     (record,) = _records(key, 1)
     assert record.outcome == "permanent", worker.log()[-3000:]
+
+
+def test_periodic_tasks_leave_no_connection_on_a_thread_pool_workers_celery_threads(
+        celery_worker, redis_client):
+    """A thread-pool worker's runs hold its connections, one per run thread; its Celery
+    threads only hand keys over. The reaper, resync and prune tasks run on those Celery
+    threads: each must close what it opened, or every Celery thread ends up holding a
+    connection too - twice the concurrency the worker's database budget is sized for."""
+    from django.db import connection
+
+    from bench.probes import established_ports
+    from reconcilers import tasks
+
+    worker = celery_worker(concurrency=2, pool="threads")
+    sent = 0
+    for _ in range(4):  # several at once, so both Celery threads take some
+        for task in (tasks.reap, tasks.resync, tasks.prune_history):
+            task.delay()
+            sent += 1
+    deadline = time.monotonic() + 30
+    while worker.log().count("succeeded in") < sent:
+        assert time.monotonic() < deadline, worker.log()[-2000:]
+        time.sleep(0.1)
+    held = len(established_ports([worker.pid], int(connection.settings_dict["PORT"])))
+    assert held <= 1, f"{held} connections held by a worker with no run going"

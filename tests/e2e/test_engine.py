@@ -356,5 +356,11 @@ def test_a_thread_pool_worker_holds_no_more_database_connections_than_its_concur
     wait_for(lambda: converged(kube, namespace, ["single-0", "single-1"]), 60)
     assert "+1] received" in worker.log()  # the listed two shared a message
     port = int(connection.settings_dict["PORT"])
-    held = len(established_ports([worker.pid], port))
+    # The reaper runs every second here, each run on a connection it closes when done: the
+    # fewest seen over half a second is what the worker holds between them.
+    samples = []
+    for _ in range(5):
+        samples.append(len(established_ports([worker.pid], port)))
+        time.sleep(0.1)
+    held = min(samples)
     assert 1 <= held <= 2 + 1, f"{held} connections for a concurrency of 2"
