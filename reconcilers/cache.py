@@ -207,6 +207,14 @@ def fields(gvr: GVR) -> set[str]:
     return {f.decode() for f in get_redis().hkeys(_objects_key(gvr))}
 
 
+def count(gvr: GVR, namespace: str | None = None) -> int:
+    """How many objects are cached for ``gvr`` (in ``namespace`` if given), reading none."""
+    if namespace is None:
+        return get_redis().hlen(_objects_key(gvr))
+    prefix = f"{namespace}/".encode()
+    return sum(1 for f in get_redis().hkeys(_objects_key(gvr)) if f.startswith(prefix))
+
+
 def objects(gvr: GVR, namespace: str | None = None) -> dict[str, dict]:
     """``{field: object}`` of everything cached for ``gvr`` (in ``namespace`` if given): what a
     watcher knew before it restarted, for its relist diff."""

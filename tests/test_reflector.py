@@ -230,6 +230,46 @@ def test_a_restarted_watcher_resumes_where_its_predecessor_stopped_without_listi
     assert cache.is_synced(CONFIGMAPS, namespace)
 
 
+def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namespace,
+                                                                     redis_client, monkeypatch):
+    """No work per unchanged object on a restart: the predecessor's cache is read object by
+    object as events arrive, and whole only when a relist needs it to diff against."""
+    for i in range(20):
+        make_cm(api, namespace, f"kept-{i}")
+    make_cm(api, namespace, "changed")
+    before = reflector(namespace, Recorder())
+    thread = _run(before)
+    wait_for(lambda: before.resource_version, 30, "the first list")
+    _stop(before, thread)
+    cached = len(before.known)
+    kube.request(api, "PUT", CONFIGMAPS.path(namespace, "changed"),
+                 {**kube.request(api, "GET", CONFIGMAPS.path(namespace, "changed")),
+                  "data": {"v": "2"}})
+
+    real_objects, real_get, loads, reads = cache.objects, cache.get, [], []
+    monkeypatch.setattr(cache, "objects", lambda *a, **k: loads.append(a) or real_objects(*a, **k))
+    monkeypatch.setattr(cache, "get", lambda gvr, ns, name: reads.append(name) or
+                        real_get(gvr, ns, name))
+    sink = Recorder()
+    after = reflector(namespace, sink)
+    thread = _run(after)
+    try:
+        wait_for(lambda: sink.changes, 30, "the change made meanwhile")
+        (trigger, old, new), = sink.changes
+        assert (trigger, old["data"], new["data"]) == ("modified", {"v": "1"}, {"v": "2"})
+        assert loads == [] and reads == ["changed"]
+        assert len(after.known) == cached  # what the cache-size gauge shows
+
+        # A relist diffs against every cached object: none of them is news.
+        after.request_relist()
+        wait_for(lambda: loads and not after.relist_requested.is_set(), 30, "the relist")
+        threading.Event().wait(0.3)
+    finally:
+        _stop(after, thread)
+    assert len(sink.changes) == 1
+    assert len(after.known) == cached
+
+
 @pytest.mark.parametrize("why", ["the marker expired", "the cache scope changed"])
 def test_a_watcher_lists_when_it_cannot_resume(api, namespace, redis_client, monkeypatch, why):
     make_cm(api, namespace, "one")
