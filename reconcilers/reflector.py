@@ -64,8 +64,9 @@ class Known:
     the shared cache - an object's first event fetches what the predecessor cached (one HGET)
     - so a restart costs nothing per unchanged object (at 1,000 cached objects, decoding them
     all was ~15 ms of a restart's CPU; ~10x that at 10,000). A relist, which needs them all,
-    loads the rest first. Only the reflector's thread changes it; ``len`` may be read from
-    any."""
+    loads the rest first - from the cache, so if Redis lost the cache meanwhile, the objects
+    no event brought are reported as added (one reconcile each, as after a restart with an
+    empty cache). Only the reflector's thread changes it; ``len`` may be read from any."""
 
     def __init__(self, gvr: GVR, namespace: str | None, objects: dict[str, dict],
                  complete: bool = True, size: int | None = None):
