@@ -208,7 +208,8 @@ def fields(gvr: GVR) -> set[str]:
 
 
 def count(gvr: GVR, namespace: str | None = None) -> int:
-    """How many objects are cached for ``gvr`` (in ``namespace`` if given), reading none."""
+    """How many objects are cached for ``gvr`` (in ``namespace`` if given) without reading
+    them: one HLEN for every namespace; the hash's field names, for one."""
     if namespace is None:
         return get_redis().hlen(_objects_key(gvr))
     prefix = f"{namespace}/".encode()

@@ -29,6 +29,7 @@ import hashlib
 import logging
 import random
 import threading
+import time
 import uuid
 from typing import Callable, Mapping
 
@@ -50,6 +51,8 @@ Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
 
 # Seconds before the first reconnect after a watch or list error.
 FIRST_RETRY = 0.1
+# Seconds after a resume before the reflector loads the cached objects no event brought.
+COMPLETE_AFTER = 1.0
 
 
 class Gone(Exception):
@@ -60,13 +63,16 @@ class Known:
     """The last state this stream saw of each object (sanitised, like the cache): the ``old``
     of the next event, and what a relist diffs against.
 
-    After a list it holds every object. After a resume it starts empty and reads through to
-    the shared cache - an object's first event fetches what the predecessor cached (one HGET)
-    - so a restart costs nothing per unchanged object (at 1,000 cached objects, decoding them
-    all was ~15 ms of a restart's CPU; ~10x that at 10,000). A relist, which needs them all,
-    loads the rest first - from the cache, so if Redis lost the cache meanwhile, the objects
-    no event brought are reported as added (one reconcile each, as after a restart with an
-    empty cache). Only the reflector's thread changes it; ``len`` may be read from any."""
+    After a list it holds every object. After a resume (of a stream without index sets, which
+    rebuilds them from every object) it starts empty and reads through to the shared cache -
+    an object's first event fetches what the predecessor cached (one HGET) - so a restart
+    costs nothing per unchanged object before its watch runs (at 1,000 cached objects,
+    decoding them all was ~15 ms of a restart's CPU; ~10x that at 10,000). The rest is loaded
+    at the first event or bookmark ``COMPLETE_AFTER`` seconds on (``complete_if_due``), or
+    at once when a relist needs them to diff against. Until then it depends on the cache: if
+    Redis lost it in that window, an object no event brought has no ``old`` and a relist
+    cannot report it vanished. Only the reflector's thread changes it; ``len`` may be read
+    from any."""
 
     def __init__(self, gvr: GVR, namespace: str | None, objects: dict[str, dict],
                  complete: bool = True, size: int | None = None):
@@ -74,10 +80,21 @@ class Known:
         self._objects = objects
         self._complete = complete
         self._size = len(objects) if size is None else size
+        self._due = time.monotonic() + COMPLETE_AFTER
 
     @classmethod
     def reading_through(cls, gvr: GVR, namespace: str | None) -> "Known":
         return cls(gvr, namespace, {}, complete=False, size=cache.count(gvr, namespace))
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def complete_if_due(self) -> None:
+        """Load what no event brought, once the resumed watch has run ``COMPLETE_AFTER``
+        seconds: off the restart's path, and from then on in memory as after a list."""
+        if not self._complete and time.monotonic() >= self._due:
+            self.all()
 
     def get(self, path: str) -> dict | None:
         obj = self._objects.get(path)
@@ -322,6 +339,7 @@ class Reflector:
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             cache.advance(self.gvr, self.namespace, self.resource_version, self._stream)
+            self.known.complete_if_due()
             return
         self._typed(obj)
         meta = obj["metadata"]
@@ -352,6 +370,7 @@ class Reflector:
         self.deliver(trigger, old, new, change)
         self.resource_version = rv or self.resource_version
         self._note("event")
+        self.known.complete_if_due()
 
     def _wanted(self, old: dict | None, new: dict | None) -> bool:
         """Whether to journal this change: a change no reconciler's predicates let through

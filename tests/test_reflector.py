@@ -230,18 +230,27 @@ def test_a_restarted_watcher_resumes_where_its_predecessor_stopped_without_listi
     assert cache.is_synced(CONFIGMAPS, namespace)
 
 
-def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namespace,
-                                                                     redis_client, monkeypatch):
-    """No work per unchanged object on a restart: the predecessor's cache is read object by
-    object as events arrive, and whole only when a relist needs it to diff against."""
-    for i in range(20):
-        make_cm(api, namespace, f"kept-{i}")
-    make_cm(api, namespace, "changed")
+def _resumed_after_a_predecessor(api, namespace, names: list[str]) -> int:
+    """Objects ``names`` listed and cached by a watcher that then stopped; the number it
+    cached (the namespace's own root CA ConfigMap included)."""
+    for name in names:
+        make_cm(api, namespace, name)
     before = reflector(namespace, Recorder())
     thread = _run(before)
     wait_for(lambda: before.resource_version, 30, "the first list")
     _stop(before, thread)
-    cached = len(before.known)
+    return len(before.known)
+
+
+def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namespace,
+                                                                     redis_client, monkeypatch):
+    """No work per unchanged object on a restart: the predecessor's cache is read object by
+    object as events arrive, and whole only when a relist needs it to diff against."""
+    import reconcilers.reflector as reflector_module
+
+    monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 3600)  # this test's whole span
+    cached = _resumed_after_a_predecessor(api, namespace,
+                                          [f"kept-{i}" for i in range(20)] + ["changed"])
     kube.request(api, "PUT", CONFIGMAPS.path(namespace, "changed"),
                  {**kube.request(api, "GET", CONFIGMAPS.path(namespace, "changed")),
                   "data": {"v": "2"}})
@@ -260,14 +269,50 @@ def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namesp
         assert loads == [] and reads == ["changed"]
         assert len(after.known) == cached  # what the cache-size gauge shows
 
+        make_cm(api, namespace, "fresh")
+        wait_for(lambda: sink.names("added") == ["fresh"], 30, "the new object")
+        assert len(after.known) == cached + 1
+        kube.request(api, "DELETE", CONFIGMAPS.path(namespace, "kept-0"))
+        wait_for(lambda: sink.names("deleted") == ["kept-0"], 30, "the deletion")
+        assert sink.changes[-1][1]["data"] == {"v": "1"}  # its last state, read at its event
+        assert len(after.known) == cached
+        assert loads == [] and reads == ["changed", "fresh", "kept-0"]
+
         # A relist diffs against every cached object: none of them is news.
         after.request_relist()
         wait_for(lambda: loads and not after.relist_requested.is_set(), 30, "the relist")
         threading.Event().wait(0.3)
     finally:
         _stop(after, thread)
-    assert len(sink.changes) == 1
+    assert len(sink.changes) == 3
     assert len(after.known) == cached
+
+
+def test_a_resumed_watcher_holds_every_object_once_its_first_second_is_past(
+        api, namespace, redis_client, monkeypatch):
+    """Off the restart's path the store is completed: a relist after Redis lost the cache
+    then diffs against every object, as a watcher that listed does."""
+    import reconcilers.reflector as reflector_module
+
+    monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 0)
+    cached = _resumed_after_a_predecessor(api, namespace, [f"kept-{i}" for i in range(5)])
+    sink = Recorder()
+    after = reflector(namespace, sink)
+    thread = _run(after)
+    try:
+        wait_for(lambda: after.resource_version, 30, "the resume")
+        make_cm(api, namespace, "fresh")  # its event is past the (zero) delay
+        wait_for(lambda: after.known.complete, 30, "the store completed")
+        assert len(after.known) == cached + 1
+        redis_client.flushdb()  # Redis restarted empty: the cache, its marker, the journal
+        after.request_relist()
+        wait_for(lambda: not after.relist_requested.is_set() and
+                 cache.is_synced(CONFIGMAPS, namespace), 30, "the relist")
+        threading.Event().wait(0.3)
+    finally:
+        _stop(after, thread)
+    assert sink.names("added") == ["fresh"]  # the kept objects are no news to it
+    assert cache.get(CONFIGMAPS, namespace, "kept-0") is not None  # the cache refilled
 
 
 @pytest.mark.parametrize("why", ["the marker expired", "the cache scope changed"])
