@@ -212,8 +212,8 @@ def count(gvr: GVR, namespace: str | None = None) -> int:
     them: one HLEN for every namespace; the hash's field names, for one."""
     if namespace is None:
         return get_redis().hlen(_objects_key(gvr))
-    prefix = f"{namespace}/".encode()
-    return sum(1 for f in get_redis().hkeys(_objects_key(gvr)) if f.startswith(prefix))
+    prefix = f"{namespace}/"
+    return sum(1 for f in fields(gvr) if f.startswith(prefix))
 
 
 def objects(gvr: GVR, namespace: str | None = None) -> dict[str, dict]:

@@ -18,7 +18,7 @@ has started for 3 s; the canary's own run is not counted.
 
 A restart is timed ``RESTARTS`` times per repetition and the repetition reports the median
 (the samples are kept beside it): one restart is a process start, mostly CPU-bound imports,
-and on the 2-core VMs here a single sample of either implementation ranged 0.5-0.8 s, so
+and on the 2-core VMs here a single sample of either implementation ranged 0.45-0.92 s, so
 three repetitions of one sample each could not tell a 10 % difference from noise.
 """
 
