@@ -39,7 +39,7 @@ STAGES = [
     ("celery: receive (BRPOP)", "_brpop_read"),
     ("watcher: event handling + cache write", "Reflector.handle"),
     ("watcher: enqueue statement", "enqueue (reconcilers/ledger.py"),
-    ("watcher: publish messages", "Task.apply_async"),
+    ("watcher: publish messages", "(reconcilers/broker.py"),
 ]
 
 

@@ -1,5 +1,7 @@
 """App configuration: loads every installed app's ``reconcilers.py`` and wires the engine."""
 
+import sys
+
 from django.apps import AppConfig
 
 
@@ -9,8 +11,15 @@ class ReconcilersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, registry, resources, tasks  # noqa: F401 (checks registers)
+        """Every process sends the work queue's messages through ``broker``; the Celery tasks
+        are registered only where a Celery app runs (a worker, beat, a project that imports
+        its app at start): a watcher never imports Celery."""
+        from . import broker, checks, registry, resources  # noqa: F401 (checks registers)
 
         resources.autodiscover()
         registry.autodiscover()
-        tasks.install()
+        broker.install()
+        if "celery" in sys.modules:
+            from . import tasks
+
+            tasks.install()

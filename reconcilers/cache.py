@@ -33,14 +33,16 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 @per_process
-def _client_for(url: str) -> redis.Redis:
+def client_for(url: str) -> redis.Redis:
+    """One client (connection pool) per process and URL: the cache's, and the broker's
+    (``broker.py``) - the same client where both are ``REDIS_URL``."""
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
                                 health_check_interval=30)
 
 
 def get_redis() -> redis.Redis:
     """One connection pool per process and URL (redis-py pools are thread-safe)."""
-    return _client_for(settings.REDIS_URL)
+    return client_for(settings.REDIS_URL)
 
 
 class Batch:

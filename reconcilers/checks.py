@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings as django_settings
 from django.core.checks import Error, Warning, register
 
+from . import broker
 from .conf import settings
 from .registry import registry
 
@@ -49,6 +50,14 @@ def check_services(app_configs, **kwargs):
             "REDIS_URL is not set", hint="The shared object cache and the watch journal live "
             "in Redis: set REDIS_URL (for example the broker's URL, CELERY_BROKER_URL).",
             id="reconcilers.E003"))
+    url = getattr(django_settings, "CELERY_BROKER_URL", "") or getattr(
+        django_settings, "REDIS_URL", "")
+    if url and not url.startswith(broker.SCHEMES):
+        errors.append(Error(
+            f"the broker is {url.split('://')[0]}://, not Redis",
+            hint="The work queue writes its Celery messages to Redis itself (reconcilers/"
+                 "broker.py): CELERY_BROKER_URL must start with " + ", ".join(broker.SCHEMES),
+            id="reconcilers.E005"))
     engine = _database_engine()
     if "postgresql" not in engine:
         errors.append(Error(

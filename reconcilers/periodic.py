@@ -1,10 +1,11 @@
 """The periodic tasks - reaper, resync, history pruning - sent by the leading watcher.
 
-The same tasks and intervals as Celery beat's schedule (``tasks.beat_schedule``), published by
-a thread of the watcher while it leads: exactly one sender per installation without a process
-of its own, since the Lease already elects exactly one leader. A separate ``celery beat`` still
-works (``RECONCILERS_WATCHER_SCHEDULES=0`` turns this off); running both only sends each task
-twice, which they tolerate (each is idempotent), at some cost.
+The same tasks and intervals as Celery beat's schedule (``schedule``), published by a thread of
+the watcher while it leads (through ``broker``, so the watcher runs without Celery): exactly
+one sender per installation without a process of its own, since the Lease already elects
+exactly one leader. A separate ``celery beat`` still works (``RECONCILERS_WATCHER_SCHEDULES=0``
+turns this off); running both only sends each task twice, which they tolerate (each is
+idempotent), at some cost.
 """
 
 from __future__ import annotations
@@ -14,7 +15,21 @@ import threading
 import time
 from typing import Callable
 
+from .conf import settings
+
 log = logging.getLogger(__name__)
+
+
+def schedule() -> dict[str, dict]:
+    """The periodic tasks, in beat's format: name -> {"task", "schedule" (seconds)}."""
+    return {
+        # The reaper also sends retries whose delay was too long for a broker countdown.
+        "reconcilers-reap": {"task": "reconcilers.reap",
+                             "schedule": settings().reaper_interval},
+        "reconcilers-resync": {"task": "reconcilers.resync", "schedule": 30.0},
+        "reconcilers-prune-history": {"task": "reconcilers.prune_history",
+                                      "schedule": 3600.0},
+    }
 
 # Seconds after leading begins before each task is first sent: the reaper on its own interval,
 # the resync and the pruning soon, so a watcher that restarts often still prunes.

@@ -4,9 +4,10 @@ One task per registered reconciler, named ``reconcile:<reconciler>``, so each ki
 ``rate_limit`` (Celery's token bucket stands in for the WorkQueue's overall rate limiter) and
 queue. The message carries ``(key, token)``, never the object; its task id is the work queue's
 ``<key>#<token>``. A retry is a new message of the same task with the ledger's per-key backoff
-as its countdown, sent by the work queue like every other message.
+as its countdown, sent by the work queue like every other message - written by ``broker.py``,
+so no process needs Celery to send one; this module is the consuming side.
 
-``install()`` (called from ``AppConfig.ready``) registers the tasks, the work queue's sender and
+``install()`` (called from ``AppConfig.ready`` where a Celery app runs) registers the tasks and
 beat's periodic tasks on whichever Celery app the project runs: nothing here names it.
 """
 
@@ -16,35 +17,22 @@ import contextlib
 import json
 import logging
 import os
-import threading
 import time
-from typing import Iterator, Sequence
+from typing import Iterator
 
 from celery import Task, bootsteps, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker import state
 from django import db
 
-from . import (capabilities, deadlines, history, metrics, probes, resync as resyncs, runner,
-               runpool, workqueue)
+from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
+               resync as resyncs, runner, runpool, workqueue)
 from .conf import RunLimits, process_setting, settings
 from .registry import NotRegistered, registry
-
-# Every message carries the time it was sent, so the reaper can tell how long the oldest one
-# still waiting in a queue has waited (``broker_backlog``).
-SENT_AT = "x-sent-at"
-
-# Publishing must not stall the watcher for long when Redis is down; the reaper covers it.
-PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
-                 "interval_max": 1.0}
 
 log = logging.getLogger(__name__)
 
 _tasks: dict[str, Task] = {}
-
-
-def task_name(reconciler: str) -> str:
-    return f"reconcile:{reconciler}"
 
 
 def _make_task(reconciler: str) -> Task:
@@ -57,7 +45,7 @@ def _make_task(reconciler: str) -> Task:
     # The run deadline, enforced by the prefork pool (by ``deadlines`` in the thread pool):
     # SoftTimeLimitExceeded is raised in user code at ``soft``; the process running it is
     # ended at ``hard`` (its lease outlasts that).
-    @shared_task(name=task_name(reconciler), bind=True, acks_late=True,
+    @shared_task(name=broker.task_name(reconciler), bind=True, acks_late=True,
                  reject_on_worker_lost=True, ignore_result=True, rate_limit=rate_limit,
                  soft_time_limit=limits.soft, time_limit=limits.hard, typing=False)
     def reconcile_key(self: Task, key: str = "", token: int = 0,
@@ -79,9 +67,10 @@ def task_for(reconciler: str) -> Task:
     return task
 
 
-@shared_task(name="reconcilers.reconcile_unregistered", bind=True, acks_late=True,
+@shared_task(name=broker.UNREGISTERED_TASK, bind=True, acks_late=True,
              reject_on_worker_lost=True, ignore_result=True, typing=False,
-             soft_time_limit=60, time_limit=90)
+             soft_time_limit=broker.UNREGISTERED_LIMITS[1],
+             time_limit=broker.UNREGISTERED_LIMITS[0])
 def reconcile_unregistered(self: Task, key: str, token: int) -> str:
     """A key of a reconciler this process does not know (removed from the code, or a typo in
     a manual resync): the runner records it as permanent instead of Celery dropping it as an
@@ -94,72 +83,6 @@ def _run_alone(key: str, token: int, worker: str, task_id: str) -> str:
     """A message carrying one key: run on a run thread where the process has them."""
     (report,) = runner.run_many([(key, token, task_id)], worker=worker)
     return "dropped" if report.dropped else report.outcome
-
-
-_publishing = threading.local()
-
-
-@contextlib.contextmanager
-def publishing_batch() -> Iterator[None]:
-    """Messages published inside go to Redis in one pipeline when the block ends (kombu's
-    producer batch): a relist's or a burst's messages cost one round trip, not one each."""
-    with current_app.producer_or_acquire() as producer, producer.batch(max_size=500):
-        _publishing.producer = producer
-        try:
-            yield
-        finally:
-            _publishing.producer = None
-
-
-def connect_broker() -> None:
-    """Do what the first message would: connect this process's producer to the broker,
-    declare the default queue, and finish Celery's lazy set-up (its task registry, the
-    result backend's class) - ~13 ms more than the connection on a restarted watcher."""
-    current_app.finalize(auto=True)
-    current_app.backend  # noqa: B018 - created on first use by every apply_async
-    with current_app.producer_or_acquire() as producer:
-        producer.maybe_declare(current_app.amqp.queues[current_app.conf.task_default_queue])
-
-
-def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
-    """The work queue's sender: one Celery message for one dispatch."""
-    name = dispatch.key.reconciler
-    if name in registry:
-        task, queue = task_for(name), registry.get_class(name).queue
-    else:
-        task, queue = reconcile_unregistered, None
-    kwargs = {"key": str(dispatch.key), "token": dispatch.token}
-    _apply(task, kwargs, repr(kwargs), task_id, queue, countdown=dispatch.countdown or None)
-
-
-def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
-    """The work queue's sender for several keys of one reconciler: one message, unless the
-    reconciler has a ``rate_limit`` (Celery's token bucket counts messages, so each key keeps
-    its own) or is not registered here."""
-    name = dispatches[0].key.reconciler
-    cls = registry.get_class(name) if name in registry else None
-    if cls is None or cls.rate_limit:
-        for d in dispatches:
-            publish(d, workqueue.task_id(d.key, d.token))
-        return
-    # The prefork pool's limit is per message: each key keeps its own deadline inside
-    # (``deadlines.everywhere``); this one only stops a child past all of them.
-    hard = RunLimits.of(cls.timeout).hard
-    backstop = (len(dispatches) + 1) * hard
-    keys = [[str(d.key), d.token] for d in dispatches]
-    _apply(task_for(name), {"keys": keys}, f"{{'keys': <{len(keys)} keys>}}", task_id,
-           cls.queue, soft_time_limit=backstop, time_limit=backstop + hard)
-
-
-def _apply(task: Task, kwargs: dict, kwargsrepr: str, task_id: str, queue: str | None,
-           **options) -> None:
-    """Every message: stamped with its send time, retried briefly when Redis blinks, in the
-    open publishing batch if any, with its arguments' log form given (Celery's ``saferepr``
-    of them cost as much as the rest of the publish)."""
-    task.apply_async(
-        kwargs=kwargs, kwargsrepr=kwargsrepr, argsrepr="()", task_id=task_id,
-        queue=queue or None, headers={SENT_AT: time.time()}, retry=True,
-        retry_policy=PUBLISH_RETRY, producer=getattr(_publishing, "producer", None), **options)
 
 
 @shared_task(name="reconcilers.reap", ignore_result=True)
@@ -209,20 +132,12 @@ def broker_backlog() -> workqueue.Backlog | None:
     Redis queues are lists, first in, first out: the oldest waiting message is the list's
     tail, and its ``SENT_AT`` header says when it was sent. A message without one (another
     sender's) counts as just sent, which can only make the reaper re-send sooner, never hide
-    a loss. ``None`` when the broker is not Redis (or does not answer)."""
-    app = current_app
-    default = app.conf.task_default_queue or "celery"
+    a loss. ``None`` when the broker does not answer."""
+    default = broker.default_queue()
     queue_of = {cls.name(): cls.queue or default for cls in registry}
     queues = sorted({default, *queue_of.values()})
     try:
-        with app.connection_for_write() as conn:
-            client = conn.default_channel.client
-            if not hasattr(client, "lindex"):
-                return None
-            pipe = client.pipeline()
-            for queue in queues:
-                pipe.lindex(queue, -1)
-            oldest = dict(zip(queues, pipe.execute()))
+        oldest = broker.oldest_waiting(queues)
     except Exception as exc:  # broker down: the reaper falls back to re-sending
         log.warning("could not read the broker's queues: %s", exc)
         return None
@@ -236,25 +151,9 @@ def _sent_at(raw: bytes | None, now: float) -> float:
     if raw is None:
         return now
     try:
-        return float(json.loads(raw)["headers"][SENT_AT])
+        return float(json.loads(raw)["headers"][broker.SENT_AT])
     except (ValueError, KeyError, TypeError):
         return now
-
-
-def beat_schedule() -> dict[str, dict]:
-    return {
-        # The reaper also sends retries whose delay was too long for a broker countdown.
-        "reconcilers-reap": {"task": "reconcilers.reap",
-                             "schedule": settings().reaper_interval},
-        "reconcilers-resync": {"task": "reconcilers.resync", "schedule": 30.0},
-        "reconcilers-prune-history": {"task": "reconcilers.prune_history",
-                                      "schedule": 3600.0},
-    }
-
-
-def send_periodic(name: str) -> None:
-    """Send one of ``beat_schedule``'s tasks now (the leading watcher's stand-in for beat)."""
-    current_app.send_task(name, retry=True, retry_policy=PUBLISH_RETRY)
 
 
 class WorkerProbes:
@@ -324,16 +223,15 @@ def _child_exited(**_) -> None:
 
 
 def install() -> None:
-    """Tasks for every registered reconciler, the work queue's sender, beat's schedule (a
-    project's own ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
+    """Tasks for every registered reconciler and beat's schedule (a project's own
+    ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
     for cls in registry:
         task_for(cls.name())
-    workqueue.set_sender(publish, publishing_batch, many=publish_many, connect=connect_broker)
     runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
                                f"{SoftTimeLimitExceeded.__qualname__}")
     deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's
     app = current_app
-    app.conf.beat_schedule = {**beat_schedule(), **(app.conf.beat_schedule or {})}
+    app.conf.beat_schedule = {**periodic.schedule(), **(app.conf.beat_schedule or {})}
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

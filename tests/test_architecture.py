@@ -117,6 +117,14 @@ def test_the_runner_has_no_celery():
     assert "celery" not in outer["reconcilers.workqueue"]
 
 
+def test_only_the_consuming_side_imports_celery():
+    """Messages are sent by ``broker`` without Celery; only the tasks (and the health check
+    that pings workers) import it, so a watcher never does."""
+    _, outer = _imports()
+    assert sorted(m for m, pkgs in outer.items() if pkgs & {"celery", "kombu"}) == [
+        "reconcilers.health", "reconcilers.tasks"]
+
+
 def test_only_the_metrics_module_imports_prometheus_client():
     """It must settle the multiprocess directory before prometheus_client is first imported."""
     _, outer = _imports()

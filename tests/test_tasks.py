@@ -93,7 +93,7 @@ def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
 def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, settings):
     """A worker that died (or hangs) holding messages: they left the queue but no run claimed
     them, while the messages behind them still wait their turn."""
-    from reconcilers import tasks
+    from reconcilers import broker, tasks
 
     settings.RECONCILERS_REDISPATCH_AFTER = 0.5
     taken = [Key("widgets.nowhere.example.com", "ns", f"taken{i}") for i in range(3)]
@@ -104,7 +104,7 @@ def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, setti
     waiting = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(10)]
     workqueue.add(waiting, "manual")
     # Stale messages (a key's earlier token) at the head of the queue do not hide the loss.
-    tasks.publish(workqueue.Dispatch(waiting[0], 99), "stale")
+    broker.publish(workqueue.Dispatch(waiting[0], 99), "stale")
     assert tasks.reap() == 3
     assert tasks.reap() == 0
     assert redis_client.llen("celery") == 11 + 3
@@ -133,7 +133,7 @@ def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
     it, the next beat task must reconnect, not fail on the dead connection for ever."""
     from django.db import connection
 
-    from reconcilers import tasks
+    from reconcilers import broker, tasks
     from reconcilers.models import WorkItem
 
     worker = celery_worker()  # one process: every task below runs on the same connection
@@ -152,7 +152,7 @@ def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
     try:
         workqueue.add([key], "manual")
     finally:
-        workqueue.set_sender(tasks.publish, tasks.publishing_batch, tasks.publish_many)
+        broker.install()
     WorkItem.objects.update(dispatched_at="2000-01-01T00:00:00Z")
     for beat_task in (tasks.resync, tasks.resync, tasks.reap, tasks.reap):
         beat_task.delay()

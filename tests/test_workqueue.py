@@ -97,27 +97,25 @@ def test_without_a_sender_sending_is_a_clear_error(monkeypatch):
         workqueue.send([workqueue.Dispatch(KEY, 1)])
 
 
-def test_the_celery_sender_is_installed_by_the_app():
-    from reconcilers import tasks
+def test_the_broker_sender_is_installed_by_the_app():
+    from reconcilers import broker
 
-    assert workqueue._sender is tasks.publish
-    assert workqueue._sender_many is tasks.publish_many
+    assert workqueue._sender is broker.publish
+    assert workqueue._sender_many is broker.publish_many
 
 
 def test_many_messages_reach_the_broker_in_one_batch(redis_client):
-    """A relist's dispatches go through kombu's producer batch: every message arrives, and
-    is a normal Celery message a worker would run."""
+    """A relist's dispatches reach Redis together: every message arrives, and is a normal
+    Celery message a worker would run."""
     import json
 
-    from celery import current_app
+    from reconcilers import broker
 
-    from reconcilers import tasks
-
-    queue = current_app.conf.task_default_queue
+    queue = broker.default_queue()
     redis_client.delete(queue)
     dispatches = [workqueue.Dispatch(Key("widgets.nowhere.example.com", "ns", f"k{i}"), 1)
                   for i in range(120)]
-    assert workqueue._batch is tasks.publishing_batch
+    assert workqueue._batch is broker.batch
     assert workqueue.send(dispatches) == 120
     messages = [json.loads(m) for m in redis_client.lrange(queue, 0, -1)]
     redis_client.delete(queue)

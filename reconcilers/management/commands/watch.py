@@ -13,7 +13,7 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import checks, crds, leader, periodic, probes, tasks, watch, workqueue
+from reconcilers import broker, checks, crds, leader, periodic, probes, watch, workqueue
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -94,7 +94,7 @@ class Command(BaseCommand):
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
             if conf.watcher_schedules:
-                periodic.Sender(tasks.beat_schedule(), tasks.send_periodic,
+                periodic.Sender(periodic.schedule(), broker.send_periodic,
                                 until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
             self._replay(streams, stop)
