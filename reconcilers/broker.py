@@ -50,6 +50,9 @@ SCHEMES = ("redis://", "rediss://", "unix://")
 RETRY_DELAYS = (0.1, 0.6)
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+_HOST = socket.gethostname()
+# No result is ever sent back (every task ignores its result): any stable id will do.
+_REPLY_TO = str(uuid.uuid4())
 _local = threading.local()
 
 
@@ -93,25 +96,14 @@ def message(task: str, task_id: str, kwargs: dict, kwargsrepr: str, queue: str,
             "lang": "py", "task": task, "id": task_id, "shadow": None, "eta": eta,
             "expires": None, "group": None, "group_index": None, "retries": 0,
             "timelimit": list(time_limits), "root_id": task_id, "parent_id": None,
-            "argsrepr": "()", "kwargsrepr": kwargsrepr, "origin": _origin(),
+            "argsrepr": "()", "kwargsrepr": kwargsrepr, "origin": f"gen{os.getpid()}@{_HOST}",
             "ignore_result": ignore_result, "replaced_task_nesting": 0, "stamped_headers": None,
             "stamps": {}, SENT_AT: now},
         "properties": {
-            "correlation_id": task_id, "reply_to": _reply_to(), "delivery_mode": 2,
+            "correlation_id": task_id, "reply_to": _REPLY_TO, "delivery_mode": 2,
             "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
             "body_encoding": "base64", "delivery_tag": str(uuid.uuid4())},
     }).encode()
-
-
-def _origin() -> str:
-    return f"gen{os.getpid()}@{socket.gethostname()}"  # Celery's, for the worker's logs
-
-
-_REPLY_TO = str(uuid.uuid4())
-
-
-def _reply_to() -> str:
-    return _REPLY_TO  # no result is ever sent back (ignore_result): any stable id will do
 
 
 def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
