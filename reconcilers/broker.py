@@ -10,11 +10,14 @@ process whose start a restart waits for: importing Celery and making its first m
 watcher's CPU before its first key (docs/benchmarks.md, change 31). Every process sends the
 same way, so there is one sender to trust.
 
-What follows from writing the list directly: the broker is Redis (``CELERY_BROKER_URL``,
-``redis://``, ``rediss://`` or ``unix://``; a check refuses anything else at start), a message
-goes to its reconciler's ``queue`` or ``CELERY_TASK_DEFAULT_QUEUE`` (``CELERY_TASK_ROUTES``
-does not apply to it), and a ``global_keyprefix`` in ``CELERY_BROKER_TRANSPORT_OPTIONS`` is
-honoured as kombu does.
+What follows from writing the list directly: the broker is Redis, named as Celery names the
+one it sends to (``CELERY_BROKER_WRITE_URL``, else ``CELERY_BROKER_URL``, each from the
+environment first, then the Django setting), ``redis://`` or ``rediss://`` with any TLS options
+in the URL's query; a check refuses anything else at start (``checks.check_broker``). A message
+goes to its reconciler's ``queue`` or ``CELERY_TASK_DEFAULT_QUEUE`` (``CELERY_TASK_ROUTES`` does
+not apply to it), at priority 0, as JSON; a ``global_keyprefix`` in
+``CELERY_BROKER_TRANSPORT_OPTIONS`` is honoured as kombu does. Settings given only to the
+Celery app object in code (``app.conf...``) are not seen here.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Iterator, Sequence
+from functools import partial
+from typing import Callable, Iterator, Sequence
 
 import redis
 from django.conf import settings as django_settings
@@ -43,7 +47,7 @@ from .registry import registry
 SENT_AT = "x-sent-at"
 UNREGISTERED_TASK = "reconcilers.reconcile_unregistered"
 UNREGISTERED_LIMITS = (90, 60)  # (hard, soft) seconds: what that task records takes at most
-SCHEMES = ("redis://", "rediss://", "unix://")
+SCHEMES = ("redis://", "rediss://")
 
 # A publish must not stall the watcher for long while Redis is down: the reaper re-sends
 # whatever the ledger says is queued and no broker took. Seconds before each new attempt.
@@ -61,7 +65,12 @@ def task_name(reconciler: str) -> str:
 
 
 def broker_url() -> str:
-    return getattr(django_settings, "CELERY_BROKER_URL", None) or django_settings.REDIS_URL
+    """The URL Celery sends to, found where Celery looks for it ("" when none is set)."""
+    for name in ("CELERY_BROKER_WRITE_URL", "CELERY_BROKER_URL"):
+        url = os.environ.get(name) or getattr(django_settings, name, None)
+        if url:
+            return url
+    return ""
 
 
 def default_queue() -> str:
@@ -117,7 +126,7 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
     else:
         task, queue, time_limits = UNREGISTERED_TASK, None, UNREGISTERED_LIMITS
     queue = queue or default_queue()
-    _push(queue, message(task, task_id, kwargs, repr(kwargs), queue, time_limits,
+    _push(queue, partial(message, task, task_id, kwargs, repr(kwargs), queue, time_limits,
                          dispatch.countdown or None))
 
 
@@ -137,23 +146,25 @@ def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None
     backstop = (len(dispatches) + 1) * hard
     keys = [[str(d.key), d.token] for d in dispatches]
     queue = cls.queue or default_queue()
-    _push(queue, message(task_name(name), task_id, {"keys": keys},
-                         f"{{'keys': <{len(keys)} keys>}}", queue, (backstop + hard, backstop)))
+    _push(queue, partial(message, task_name(name), task_id, {"keys": keys},
+                         f"{{'keys': <{len(keys)} keys>}}", queue,
+                         (backstop + hard, backstop)))
 
 
 def send_periodic(task: str) -> None:
     """Send one of the periodic tasks (``periodic.schedule``) now: the leading watcher's
     stand-in for beat."""
     queue = default_queue()
-    _push(queue, message(task, str(uuid.uuid4()), {}, "{}", queue, ignore_result=None))
+    _push(queue, partial(message, task, str(uuid.uuid4()), {}, "{}", queue,
+                         ignore_result=None))
 
 
 @contextlib.contextmanager
 def batch() -> Iterator[None]:
-    """Messages published inside reach Redis in one round trip when the block ends (a
-    relist's or a burst's many); nothing is sent if the block fails."""
-    outer = getattr(_local, "pending", None)
-    if outer is not None:  # nested: the outer block sends
+    """Messages published inside reach Redis together (one ``MULTI``/``EXEC``: all or none)
+    when the block ends - a relist's or a burst's many; nothing is sent if the block fails.
+    Inside another batch, the outer one sends them."""
+    if getattr(_local, "pending", None) is not None:
         yield
         return
     _local.pending = pending = []
@@ -165,27 +176,34 @@ def batch() -> Iterator[None]:
         _with_retry(lambda: _push_all(pending))
 
 
-def _push(queue: str, raw: bytes) -> None:
+# A message is made again for every attempt to send it: each has a delivery tag of its own, as
+# each of kombu's publish attempts does. Two copies under one tag - the first written before a
+# dropped connection hid its reply - would share kombu's unacknowledged-message record, and the
+# first copy's ack would take the second's protection from a worker's death with it.
+Made = Callable[[], bytes]
+
+
+def _push(queue: str, make: Made) -> None:
     pending = getattr(_local, "pending", None)
     if pending is not None:
-        pending.append((queue, raw))
+        pending.append((queue, make))
     else:
-        _with_retry(lambda: client().lpush(queue_key(queue), raw))
+        _with_retry(lambda: client().lpush(queue_key(queue), make()))
 
 
-def _push_all(pending: list[tuple[str, bytes]]) -> None:
+def _push_all(pending: list[tuple[str, Made]]) -> None:
     """One LPUSH per queue, the messages in the order they were published (the consumer
     pops from the other end)."""
     by_queue: dict[str, list[bytes]] = {}
-    for queue, raw in pending:
-        by_queue.setdefault(queue, []).append(raw)
-    pipe = client().pipeline(transaction=False)
+    for queue, make in pending:
+        by_queue.setdefault(queue, []).append(make())
+    pipe = client().pipeline(transaction=True)
     for queue, raws in by_queue.items():
         pipe.lpush(queue_key(queue), *raws)
     pipe.execute()
 
 
-def _with_retry(push) -> None:
+def _with_retry(push: Callable[[], object]) -> None:
     for delay in (*RETRY_DELAYS, None):
         try:
             push()

@@ -24,6 +24,7 @@ from celery import Task, bootsteps, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker import state
 from django import db
+from django.apps import apps
 
 from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
                resync as resyncs, runner, runpool, workqueue)
@@ -222,9 +223,18 @@ def _child_exited(**_) -> None:
     metrics.process_exited(os.getpid())
 
 
+_installed = False
+
+
 def install() -> None:
     """Tasks for every registered reconciler and beat's schedule (a project's own
-    ``CELERY_BEAT_SCHEDULE`` entry of the same name wins)."""
+    ``CELERY_BEAT_SCHEDULE`` entry of the same name wins). Once per process: the app's
+    ``ready`` calls it where Celery was loaded first, this module's import where it was
+    loaded after Django's set-up (a worker started in-process, Celery's autodiscovery)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     for cls in registry:
         task_for(cls.name())
     runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
@@ -235,3 +245,7 @@ def install() -> None:
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)
+
+
+if apps.ready:
+    install()

@@ -173,11 +173,61 @@ def test_a_broker_that_does_not_answer_leaves_the_key_to_the_reaper(settings, ca
     assert WorkItem.objects.get(name="unsent").state == "queued"  # the reaper re-sends it
 
 
-def test_a_broker_that_is_not_redis_is_refused_at_start(settings):
-    from reconcilers.checks import check_services
+def test_a_broker_the_sender_cannot_write_to_is_refused_at_start(settings, monkeypatch):
+    from reconcilers.checks import check_broker
 
-    settings.CELERY_BROKER_URL = "amqp://guest@localhost//"
-    assert [e.id for e in check_services(None)] == ["reconcilers.E005"]
+    assert check_broker(None) == []
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    for url in ("amqp://guest@localhost//", "sentinel://a:26379;sentinel://b:26379",
+                "redis://a:6379/0;redis://b:6379/0", ""):
+        settings.CELERY_BROKER_URL = url
+        assert [e.id for e in check_broker(None)] == ["reconcilers.E005"], url
+    settings.CELERY_BROKER_URL = "rediss://redis:6380/0?ssl_cert_reqs=required"
+    settings.CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": "required"}
+    settings.CELERY_ACCEPT_CONTENT = ["pickle"]
+    settings.CELERY_TASK_DEFAULT_PRIORITY = 5
+    assert [e.id for e in check_broker(None)] == [
+        "reconcilers.E006", "reconcilers.E007", "reconcilers.W002"]
+
+
+def test_the_sender_writes_where_celery_sends(settings, monkeypatch):
+    """Celery's write URL wins over its read URL, and the environment over the settings."""
+    settings.CELERY_BROKER_URL = "redis://settings-read/0"
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.delenv("CELERY_BROKER_WRITE_URL", raising=False)
+    assert broker.broker_url() == "redis://settings-read/0"
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://env-read/0")
+    assert broker.broker_url() == "redis://env-read/0"
+    settings.CELERY_BROKER_WRITE_URL = "redis://settings-write/0"
+    assert broker.broker_url() == "redis://settings-write/0"
+    monkeypatch.setenv("CELERY_BROKER_WRITE_URL", "redis://env-write/0")
+    assert broker.broker_url() == "redis://env-write/0"
+
+
+def test_a_message_sent_again_after_a_lost_reply_has_a_delivery_tag_of_its_own(
+        redis_client, monkeypatch):
+    """Redis may have taken a batch whose reply the connection lost: the copy sent again must
+    not share the first one's delivery tag (kombu keys its unacknowledged records by it)."""
+    pipeline = type(broker.client().pipeline())
+    execute, calls = pipeline.execute, []
+
+    def reply_lost(self, *args, **kwargs):
+        result = execute(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            import redis
+
+            raise redis.ConnectionError("connection reset after the write")
+        return result
+
+    monkeypatch.setattr(pipeline, "execute", reply_lost)
+    queue = broker.default_queue()
+    redis_client.delete(queue)
+    with broker.batch():
+        broker.publish(workqueue.Dispatch(Key(UNREGISTERED, "ns", "twice"), 1), "id-twice")
+    copies = [json.loads(raw) for raw in redis_client.lrange(queue, 0, -1)]
+    assert [c["headers"]["id"] for c in copies] == ["id-twice", "id-twice"]
+    assert len({c["properties"]["delivery_tag"] for c in copies}) == 2
 
 
 def test_the_watcher_does_not_import_celery():
@@ -189,3 +239,23 @@ def test_the_watcher_does_not_import_celery():
                 if line.startswith("import time:") and "|" in line}
     assert "django.db.models" in imported and "reconcilers.broker" in imported
     assert not {m for m in imported if m.split(".")[0] in ("celery", "kombu", "billiard")}
+
+
+def test_tasks_imported_after_djangos_set_up_are_registered_all_the_same():
+    """A process that loads Celery only after Django's set-up (a worker started in-process,
+    a project that does not import its Celery app at start) still gets every reconciler's
+    task: without it, a worker would drop their messages as unregistered."""
+    script = (
+        "import sys; sys.argv[1:] = ['watch']\n"  # the settings package leaves Celery out
+        "import django; django.setup()\n"
+        "assert 'celery' not in sys.modules\n"
+        "from operator_project.celery import app\n"
+        "import reconcilers.tasks\n"
+        "from reconcilers.registry import registry\n"
+        "app.finalize(auto=True)\n"
+        "missing = [n for n in registry.names() if f'reconcile:{n}' not in app.tasks]\n"
+        "assert registry.names() and not missing, missing\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
