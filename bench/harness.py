@@ -176,8 +176,34 @@ class Runner:
                                          None)
                             runs.append(self._attempt(scenario, impl, cost.point, self.h, impl,
                                                       n, rep, reuse))
+                if scenario == "relist":
+                    self._paired_restart(runs, rep)
             results[scenario] = runs
         return results
+
+    def _paired_restart(self, runs: list[dict], rep: int) -> None:
+        """The relist's paired restart (``relist.run_paired``), recorded as the mode
+        ``paired restart`` of each implementation's relist run of this repetition. Where one
+        failed, neither gets the figure: the pair is the measurement."""
+        pair = [i for i in self.operators("relist") if i.name in relist.PAIRED]
+        if len(pair) != len(relist.PAIRED) or any(not i.supports_scope for i in pair):
+            return
+        t = time.monotonic()
+        try:
+            out = relist.run_paired(self.h, relist.alternate(pair, rep), self.plan.relist_n,
+                                    rep)
+        except Exception as exc:  # recorded in the log; the relist's own figures stand
+            for impl in pair:
+                impl.stop()
+            self.log(f"  relist    paired restart failed: {type(exc).__name__}: {exc}")
+            return
+        ok = all(o["ok"] for o in out.values())
+        for run in runs:
+            if run.get("rep") == rep and run.get("impl") in out and ok and "modes" in run:
+                run["modes"]["paired restart"] = out[run["impl"]]["mode"]
+        self.log(f"  relist    paired restart ok={ok} " + "; ".join(
+            f"{name} {o['mode']['resume_seconds']} s" for name, o in out.items())
+            + f" ({time.monotonic() - t:.1f}s)")
 
     def describe(self) -> dict:
         return {impl.name: impl.describe() for impl in self.impls}

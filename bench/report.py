@@ -68,7 +68,7 @@ def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
                 ("converged after last update", _get("converged_after_last_update_ms"), "ms", False)]
     if scenario == "relist":
         figs = []
-        for mode in ("connections-dropped", "restart", "standby"):
+        for mode in ("connections-dropped", "restart", "paired restart", "standby"):
             figs += [(f"{mode}: resume", _get("modes", mode, "resume_seconds"), "s", False),
                      (f"{mode}: reconciles", _get("modes", mode, "reconciles"), "", False),
                      (f"{mode}: operator CPU", _get("modes", mode, "operator_cpu_seconds"), "s", False)]

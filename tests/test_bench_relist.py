@@ -30,3 +30,10 @@ def test_a_restart_that_never_resumed_fails_the_repetition():
 def test_a_single_disruption_is_reported_as_measured():
     one = sample(0.15)
     assert _median_of([one]) == one
+
+
+def test_paired_restarts_take_turns_at_going_first():
+    from bench.scenarios.relist import alternate
+
+    pairs = [alternate(["ours", "kopf"], turn) for turn in range(4)]
+    assert pairs == [["ours", "kopf"], ["kopf", "ours"], ["ours", "kopf"], ["kopf", "ours"]]

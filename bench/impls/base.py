@@ -83,6 +83,10 @@ class Impl:
     # The scenarios this implementation takes part in (None: all): a variant that only
     # changes one behaviour is measured only where that behaviour shows.
     only: tuple[str, ...] | None = None
+    # The namespaces it watches when started (empty: all of them, as every scenario but the
+    # paired restart runs it); only implementations with ``supports_scope`` read it.
+    scope: list[str] = field(default_factory=list)
+    supports_scope = False
 
     # --- lifecycle ------------------------------------------------------------------------
 

@@ -53,12 +53,15 @@ class Kopf(Impl):
         ensure_venv()
         compile_bytecode(PEER)
 
+    supports_scope = True
+
     def start(self, trace: Path, sleep_ms: int = 0) -> None:
         venv = venv_dir()
         env = {**self.base_env(trace, sleep_ms),
                "BENCH_SETTINGS_OUT": str(self.cfg.work_dir / "kopf-settings.json")}
+        where = [a for ns in self.scope for a in ("--namespace", ns)] or ["--all-namespaces"]
         self.procs.append(self.spawn("kopf", [
-            str(venv / "bin" / "python"), "-m", "kopf", "run", "--standalone", "--all-namespaces",
+            str(venv / "bin" / "python"), "-m", "kopf", "run", "--standalone", *where,
             "--quiet", str(PEER / "operator.py")], env))
 
     def describe(self) -> dict:

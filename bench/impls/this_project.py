@@ -72,10 +72,13 @@ class ThisProject(Impl):
     debounce: float = 0.0  # Reconciler.debounce of the BenchItem reconciler (opt-in)
     supports_standby = True
 
+    supports_scope = True
+
     def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
         return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg),
                 "BENCH_DEBOUNCE": str(self.debounce),
-                "RECONCILERS_WATCHER_SCHEDULES": "0" if self.beat else "1"}
+                "RECONCILERS_WATCHER_SCHEDULES": "0" if self.beat else "1",
+                "RECONCILERS_NAMESPACES": ",".join(self.scope)}
 
     def prepare(self) -> None:
         compile_bytecode(*(REPO / d for d in ("reconcilers", "operator_project", "migrations",

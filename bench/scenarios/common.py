@@ -15,6 +15,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
@@ -101,8 +102,12 @@ class Run:
 
 @contextmanager
 def measured_run(h: Harness, impl: Impl, tag: str, namespaces: int = 1,
-                 sleep_ms: int = 0, ready_timeout: float = 120) -> Iterator[Run]:
+                 sleep_ms: int = 0, ready_timeout: float = 120,
+                 scoped: bool = False) -> Iterator[Run]:
+    """``scoped``: the implementation watches only this run's namespaces, so another can run
+    beside it (the paired restart)."""
     ns = workload.Namespaces.create(h.kube, tag, namespaces, owner=h.owner)
+    impl.scope = list(ns.names) if scoped else []
     trace = h.work / "traces" / f"{ns.run_id}-{impl.name}.trace"
     trace.parent.mkdir(parents=True, exist_ok=True)
     trace.write_text("")
@@ -121,7 +126,8 @@ def measured_run(h: Harness, impl: Impl, tag: str, namespaces: int = 1,
     finally:
         # Each step runs even if another fails: a stopped observer must never leave the
         # implementation running or the namespaces behind.
-        for step in (observer.stop, impl.stop, lambda: ns.delete(h.kube)):
+        for step in (observer.stop, impl.stop, partial(setattr, impl, "scope", []),
+                     lambda: ns.delete(h.kube)):
             try:
                 step()
             except Exception as exc:  # reported, the original error (if any) propagates
