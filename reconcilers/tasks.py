@@ -28,7 +28,7 @@ from django.apps import apps
 
 from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
                resync as resyncs, runner, runpool, workqueue)
-from .conf import RunLimits, process_setting, settings
+from .conf import RunLimits, process_setting
 from .registry import NotRegistered, registry
 
 log = logging.getLogger(__name__)
