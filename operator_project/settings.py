@@ -104,9 +104,8 @@ if not _database_url:
     if not DEBUG:
         raise ImproperlyConfigured("DATABASE_URL must be set when DEBUG is off")
     _database_url = "postgres://operator:operator@127.0.0.1:15432/operator"
-DATABASES = {"default": parse_database_url(_database_url)}
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": parse_database_url(
+    _database_url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True)}
 
 # The project's own migrations (admin roles) live in the top-level ``migrations/`` package; the
 # reconcilers app carries its schema migrations inside itself, as in any other project.

@@ -2,15 +2,17 @@
 
 ``load_env_file`` fills in variables from ``.local/env`` (written by ``make up``) without
 overriding anything already set, so ``python manage.py ...`` works right after ``make up`` while
-a real deployment's environment always wins.
+a real deployment's environment always wins. ``parse_database_url`` is dj-database-url's parser
+plus the one rule it cannot know: the work ledger needs PostgreSQL and a database to use.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import Any
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -69,23 +71,23 @@ def env_float(name: str, default: float) -> float:
     return default if value is None or value == "" else parse_float(name, value)
 
 
-def parse_database_url(url: str) -> dict:
-    """``postgres://user:password@host:port/name?sslmode=require`` -> a DATABASES entry."""
-    parts = urlsplit(url)
-    if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
+def parse_database_url(url: str, **options: Any) -> dj_database_url.DBConfig:
+    """A ``DATABASES`` entry from ``DATABASE_URL``, by ``dj_database_url.parse`` (``options``
+    are its keyword arguments, e.g. ``conn_max_age``). What it reads: percent-encoded user,
+    password and name; a Unix socket directory as the host (``postgres://%2Fvar%2Frun%2F
+    postgresql/ledger``); the query as ``OPTIONS`` (``?sslmode=require``, ``?pool=true``,
+    ``?service=...``; digits become integers, ``true``/``false`` booleans). Refused here, at
+    start-up and naming the variable: a URL it cannot parse, a database other than PostgreSQL,
+    and one that names no database (no path and no ``service``)."""
+    try:
+        db = dj_database_url.parse(url, **options)
+    except ValueError as exc:  # UnknownSchemeError, ParseError
+        raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from None
+    if db["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
             f"DATABASE_URL must be a postgres:// URL (the work ledger needs PostgreSQL), "
-            f"got scheme {parts.scheme!r}"
+            f"got scheme {url.partition(':')[0]!r}"
         )
-    name = unquote(parts.path.lstrip("/"))
-    if not name:
+    if not db.get("NAME") and "service" not in db.get("OPTIONS", {}):
         raise ImproperlyConfigured("DATABASE_URL names no database")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-        "OPTIONS": dict(parse_qsl(parts.query)),
-    }
+    return db

@@ -3,19 +3,21 @@
 The runner binds ``reconciler``, ``namespace``, ``name``, ``trigger``, ``attempt`` and
 ``task_id`` for the length of a run (``bound``), and ``record_id`` once the run is recorded;
 ``RunFields`` attaches them to every log record of that thread - the user's ``ctx.log``, the
-Kubernetes client's, the project's own. ``JsonFormatter`` writes one JSON object per line
-(``LOG_FORMAT=json``), for Loki, Elasticsearch or Cloud Logging to index; plain text stays the
-default for people reading a terminal.
+Kubernetes client's, the project's own. ``JsonFormatter`` (python-json-logger's, with the run's
+fields) writes one JSON object per line (``LOG_FORMAT=json``), for Loki, Elasticsearch or Cloud
+Logging to index; plain text stays the default for people reading a terminal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import logging
 from datetime import datetime, timezone
 from typing import Any, Iterator
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
 FIELDS = ("reconciler", "namespace", "name", "trigger", "attempt", "task_id", "record_id")
 
@@ -49,28 +51,35 @@ class RunFields(logging.Filter):
         return True
 
 
-_RESERVED = (set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
-             | {"message", "asctime", "run"})
+class JsonFormatter(LibraryJsonFormatter):
+    """python-json-logger's formatter, one object per line: ``time`` (UTC, milliseconds),
+    ``level``, ``logger``, ``message``, ``process``, the run's fields at the top level (``name``
+    is the object's), any ``extra=`` the caller passed (its own JSON type where it has one,
+    else its ``str``) and the ``exception``'s traceback. Keyword arguments are the library's
+    (``static_fields``, ``rename_fields``, ...), for a ``LOGGING`` entry to adjust."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args:
+            kwargs.setdefault("fmt", "%(asctime)s %(levelname)s %(name)s %(message)s %(process)s")
+        kwargs.setdefault("rename_fields", {"asctime": "time", "levelname": "level",
+                                            "name": "logger", "exc_info": "exception"})
+        # ``run`` is RunFields' dict: its fields go on the line itself, not under "run".
+        kwargs.setdefault("reserved_attrs", [*RESERVED_ATTRS, "run"])
+        kwargs.setdefault("json_ensure_ascii", False)
+        super().__init__(*args, **kwargs)
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the run's fields (``name`` is
-    the object's), any ``extra=`` the caller passed, and the traceback of an exception."""
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt:
+            return super().formatTime(record, datefmt)
+        return (datetime.fromtimestamp(record.created, timezone.utc)
+                .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            "process": record.process,
-            **getattr(record, "run", {}),
-        }
-        for key, value in vars(record).items():
-            if key not in _RESERVED and not key.startswith("_"):
-                line[key] = value if isinstance(value, (str, int, float, bool)) or value is None \
-                    else str(value)
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:
+        super().add_fields(log_data, record, message_dict)
+        level = self.rename_fields.get("levelname", "levelname")
+        if isinstance(log_data.get(level), str):
+            log_data[level] = log_data[level].lower()
+        # The caller's extra= wins over a run field of the same name, as a later bind would.
+        for key, value in getattr(record, "run", {}).items():
+            log_data.setdefault(key, value)

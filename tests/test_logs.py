@@ -41,8 +41,39 @@ def test_every_line_inside_a_run_carries_its_fields_and_none_after():
         "trigger": "modified", "task_id": "foos.example.com:ns/a#7"}
     assert "record_id" not in inside
     assert failed["record_id"] == 41 and "ValueError: boom" in failed["exception"]
-    assert "reconciler" not in after and after["custom"] == "{'x': 1}"
+    assert "reconciler" not in after and after["custom"] == {"x": 1}
     assert after["time"].endswith("Z") and after["logger"] == "test.logs"
+    assert set(inside) == {"time", "level", "logger", "message", "process", "reconciler",
+                           "namespace", "name", "attempt", "trigger", "task_id"}
+
+
+def test_a_value_json_cannot_hold_is_written_as_its_string():
+    logger, out = _logger()
+    logger.warning("odd", extra={"path": __import__("pathlib").Path("/x"), "n": None})
+    line = json.loads(out.getvalue())
+    assert (line["path"], line["n"], line["level"]) == ("/x", None, "warning")
+
+
+def test_the_callers_extra_wins_over_a_run_field_and_the_record_over_both():
+    logger, out = _logger()
+    with logs.bound(reconciler="r", namespace="ns", message="not the message"):
+        logger.info("the message", extra={"namespace": "from-extra"})
+    line = json.loads(out.getvalue())
+    assert (line["reconciler"], line["namespace"], line["message"]) == (
+        "r", "from-extra", "the message")
+
+
+def test_the_formatter_takes_the_librarys_options_in_logging_config():
+    """A project's LOGGING can pass python-json-logger's own options to it."""
+    import logging.config
+
+    formatter = logging.config.DictConfigurator({}).configure_formatter(
+        {"()": "reconcilers.logs.JsonFormatter", "static_fields": {"service": "operator"}})
+    logger, out = _logger()
+    logger.handlers[0].setFormatter(formatter)
+    logger.error("x")
+    line = json.loads(out.getvalue())
+    assert (line["service"], line["level"], line["logger"]) == ("operator", "error", "test.logs")
 
 
 def test_log_format_is_checked(monkeypatch):
