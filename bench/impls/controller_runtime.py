@@ -3,9 +3,11 @@
 
 The binaries are built with the toolchain ``reconcilers/devstack/ensure-go.sh`` finds or installs and cached
 under ``<cache>/bench/controller-runtime-<hash of the module's sources>/``: changing a source
-file rebuilds, anything else reuses. Two variants run: controller-runtime's defaults (in v0.23
-the client-side rate limiter is off: QPS -1, relying on API Priority and Fairness) and an
-explicit QPS 1000 / burst 2000. Every other setting is controller-runtime's default.
+file rebuilds, anything else reuses. Three variants run: controller-runtime's defaults
+(``cr-default``: ``MaxConcurrentReconciles`` 1, and in v0.23 no client-side rate limiter, QPS -1,
+relying on API Priority and Fairness), ``cr-matched`` (``MaxConcurrentReconciles`` equal to this
+project's run threads, so both get the same concurrency) and an explicit QPS 1000 / burst 2000.
+Every other setting is controller-runtime's default.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class ControllerRuntime(Impl):
     name: str = "cr-default"
     qps: float = 0  # 0: controller-runtime's default
     burst: int = 0
+    max_concurrent_reconciles: int = 0  # 0: controller-runtime's default (1)
 
     def prepare(self) -> None:
         ensure_binaries()
@@ -88,6 +91,8 @@ class ControllerRuntime(Impl):
         argv = [str(bin_dir() / OPERATOR), "-trace", str(trace), "-sleep-ms", str(sleep_ms)]
         if self.qps:
             argv += ["-qps", str(self.qps), "-burst", str(self.burst)]
+        if self.max_concurrent_reconciles:
+            argv += ["-max-concurrent-reconciles", str(self.max_concurrent_reconciles)]
         env = self.base_env(trace, sleep_ms)
         env["GOMAXPROCS"] = os.environ.get("GOMAXPROCS", "")  # the machine's default
         if not env["GOMAXPROCS"]:
@@ -103,7 +108,9 @@ class ControllerRuntime(Impl):
                                   "controller-runtime v0.23 default: client-side limiter off "
                                   "(QPS -1), API Priority and Fairness only"),
             "settings": {
-                "MaxConcurrentReconciles": "1 (default)",
+                "MaxConcurrentReconciles": (
+                    f"{self.max_concurrent_reconciles} (this project's run threads)"
+                    if self.max_concurrent_reconciles else "1 (default)"),
                 "rate limiter": "default: max(per-item exponential 5 ms..1000 s, "
                                 "bucket 10 qps / burst 100) - applies to requeues only",
                 "cache": "informer cache, all namespaces, unstructured BenchItem read from the "

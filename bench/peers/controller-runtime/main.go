@@ -4,8 +4,8 @@
 //
 // Everything not set by a flag is controller-runtime v0.23's default, on purpose: the benchmark
 // compares frameworks as users get them. The flags are the knobs the harness varies and
-// documents (client QPS/burst, the reconcile's artificial duration) plus where to write the
-// trace of reconcile starts the harness reads.
+// documents (client QPS/burst, MaxConcurrentReconciles, the reconcile's artificial duration)
+// plus where to write the trace of reconcile starts the harness reads.
 package main
 
 import (
@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -108,6 +109,7 @@ func main() {
 		burst     = flag.Int("burst", 0, "client burst; 0 keeps the client-go default (10)")
 		sleepMS   = flag.Int("sleep-ms", 0, "extra milliseconds each reconcile takes (burst scenario)")
 		tracePath = flag.String("trace", "", "file to append reconcile starts to")
+		workers   = flag.Int("max-concurrent-reconciles", 0, "the controller's MaxConcurrentReconciles; 0 keeps controller-runtime's default (1)")
 	)
 	flag.Parse()
 	log.SetLogger(zap.New(zap.UseDevMode(false)))
@@ -149,12 +151,13 @@ func main() {
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(watched, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("benchitem").
+		WithOptions(controller.Options{MaxConcurrentReconciles: *workers}).
 		Complete(&reconciler{Client: mgr.GetClient(), sleep: time.Duration(*sleepMS) * time.Millisecond, trace: trace})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("starting qps=%v burst=%v\n", cfg.QPS, cfg.Burst)
+	fmt.Printf("starting qps=%v burst=%v max-concurrent-reconciles=%v\n", cfg.QPS, cfg.Burst, *workers)
 	if err := mgr.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "manager stopped:", err)
 		os.Exit(1)
