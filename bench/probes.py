@@ -2,8 +2,10 @@
 
 CPU comes from ``/proc/<pid>/stat`` (utime+stime, plus cutime+cstime so children a process
 already reaped still count) summed over each group's process tree, before and after. Groups:
-the implementation's own processes, PostgreSQL (all of it, and only the backends connected to
-the bench database), Redis, kube-apiserver, etcd, kube-controller-manager and the harness.
+the implementation's own processes, its whole footprint (its own processes plus every process
+of the services it needs: for this project all of PostgreSQL and Redis), PostgreSQL (all of
+it, and only the backends connected to the bench database), Redis, kube-apiserver, etcd,
+kube-controller-manager and the harness. Memory: RSS from ``statm``, PSS from ``smaps_rollup``.
 Shared services also serve whatever else runs on the machine: their figures carry that noise,
 the bench-database backends do not. Writes are counted from the api-server's
 ``apiserver_request_total`` for BenchItems only, so other users of the stack do not count.
@@ -18,6 +20,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+# The group of an implementation's whole footprint: its own processes and every process of the
+# services it needs (``scenarios.common.footprint_roots``).
+FOOTPRINT = "whole footprint"
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -108,21 +115,20 @@ def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
 
 
 class RssSampler(threading.Thread):
-    """Samples the summed RSS (and PSS at the end) of a process tree; keeps the peak."""
+    """Samples the summed RSS of named process trees (the operator's, its whole footprint's);
+    keeps each one's peak. One scan of ``/proc`` per sample serves every tree."""
 
-    def __init__(self, roots: callable, interval: float = 0.25):
+    def __init__(self, trees: dict[str, Callable[[], list[int]]], interval: float = 0.25):
         super().__init__(daemon=True, name="rss-sampler")
-        self.roots, self.interval = roots, interval
-        self.peak_kb = 0
-        self.last_kb = 0
+        self.trees, self.interval = trees, interval
+        self.peak_kb = {name: 0 for name in trees}
         self._stop_event = threading.Event()
 
-    def sample(self) -> int:
-        pids = tree(self.roots())
-        total = sum(rss_kb(p) for p in pids)
-        self.last_kb = total
-        self.peak_kb = max(self.peak_kb, total)
-        return total
+    def sample(self) -> None:
+        kids = children_map()
+        for name, roots in self.trees.items():
+            total = sum(rss_kb(p) for p in tree(roots(), kids))
+            self.peak_kb[name] = max(self.peak_kb[name], total)
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
@@ -164,6 +170,9 @@ def established_ports(pids: list[int], port: int) -> list[int]:
 
 
 def memory_of(roots: list[int]) -> dict:
+    """Summed RSS and PSS of ``roots`` and their descendants. RSS counts a page shared by
+    several processes (PostgreSQL's shared buffers, a prefork pool's inherited heap) once per
+    process; PSS divides it among them, so PSS is what a group of processes really holds."""
     pids = tree(roots)
     return {"rss_kb": sum(rss_kb(p) for p in pids), "pss_kb": sum(pss_kb(p) for p in pids),
             "processes": len(pids)}

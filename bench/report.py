@@ -12,13 +12,16 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
+from .probes import FOOTPRINT
+
 THIS = "this-project"
 
 # (label, getter, unit, higher_is_better)
 Figure = tuple[str, Callable[[dict], float | None], str, bool]
 
 
-def _get(*path) -> Callable[[dict], float | None]:
+def value_at(*path: str) -> Callable[[dict], float | None]:
+    """A getter of the number at ``path`` in one run's result (None where it is missing)."""
     def get(run: dict):
         cur = run
         for p in path:
@@ -29,20 +32,31 @@ def _get(*path) -> Callable[[dict], float | None]:
     return get
 
 
+def mib(*path: str) -> Callable[[dict], float | None]:
+    """A getter of the kB figure at ``path``, in MiB."""
+    kb = value_at(*path)
+    return lambda run: None if not kb(run) else kb(run) / 1024
+
+
 def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
     if scenario == "converge":
         figs: list[Figure] = [
-            ("objects/s", _get("objects_per_second"), "obj/s", True),
-            ("converge time", _get("converge_seconds"), "s", False),
-            ("reconciles", _get("reconciles"), "", False),
-            ("api writes per object", _get("writes_per_object"), "", False),
-            ("operator CPU per object", _get("cpu_ms_per_object", "operator"), "ms", False),
+            ("objects/s", value_at("objects_per_second"), "obj/s", True),
+            ("converge time", value_at("converge_seconds"), "s", False),
+            ("reconciles", value_at("reconciles"), "", False),
+            ("api writes per object", value_at("writes_per_object"), "", False),
+            ("operator CPU per object", value_at("cpu_ms_per_object", "operator"), "ms", False),
+            ("whole footprint CPU per object", value_at("cpu_ms_per_object", FOOTPRINT), "ms",
+             False),
         ]
         for g in ("postgres (all)", "postgres (bench db backends)", "redis", "kube-apiserver",
                   "etcd", "harness (loader, observer)"):
-            figs.append((f"{g} CPU per object", _get("cpu_ms_per_object", g), "ms", False))
-        figs.append(("operator peak RSS", lambda r: (r.get("operator_rss_peak_kb") or 0) / 1024
-                     or None, "MiB", False))
+            figs.append((f"{g} CPU per object", value_at("cpu_ms_per_object", g), "ms", False))
+        figs += [("operator peak RSS", mib("operator_rss_peak_kb"), "MiB", False),
+                 ("whole footprint peak RSS", mib("footprint_rss_peak_kb"), "MiB", False),
+                 ("operator PSS after", mib("operator_memory_after", "pss_kb"), "MiB", False),
+                 ("whole footprint PSS after", mib("footprint_memory_after", "pss_kb"), "MiB",
+                  False)]
         return figs
     if scenario == "latency":
         rates = sorted({int(k) for r in runs for k in (r.get("rates") or {})})
@@ -50,28 +64,32 @@ def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
         for rate in rates:
             k = str(rate)
             figs += [
-                (f"{rate}/s event->reconcile start p50", _get("rates", k, "start_p50_ms"), "ms", False),
-                (f"{rate}/s event->reconcile start p99", _get("rates", k, "start_p99_ms"), "ms", False),
-                (f"{rate}/s event->converged p50", _get("rates", k, "converged_p50_ms"), "ms", False),
-                (f"{rate}/s event->converged p99", _get("rates", k, "converged_p99_ms"), "ms", False),
+                (f"{rate}/s event->reconcile start p50", value_at("rates", k, "start_p50_ms"), "ms", False),
+                (f"{rate}/s event->reconcile start p99", value_at("rates", k, "start_p99_ms"), "ms", False),
+                (f"{rate}/s event->converged p50", value_at("rates", k, "converged_p50_ms"), "ms", False),
+                (f"{rate}/s event->converged p99", value_at("rates", k, "converged_p99_ms"), "ms", False),
                 (f"{rate}/s reconciles per update",
                  lambda r, k=k: (r["rates"][k]["reconciles"] / r["rates"][k]["updates"])
                  if r.get("rates", {}).get(k, {}).get("updates") else None, "", False),
-                (f"{rate}/s operator CPU per update", _get("rates", k, "operator_cpu_ms_per_update"),
+                (f"{rate}/s operator CPU per update", value_at("rates", k, "operator_cpu_ms_per_update"),
                  "ms", False),
+                (f"{rate}/s whole footprint CPU per update",
+                 value_at("rates", k, "footprint_cpu_ms_per_update"), "ms", False),
             ]
         return figs
     if scenario == "burst":
-        return [("reconciles for K updates", _get("reconciles"), "", False),
+        return [("reconciles for K updates", value_at("reconciles"), "", False),
                 ("last run saw final generation", lambda r: 1.0 if r.get("last_saw_final") else 0.0,
                  "yes=1", True),
-                ("converged after last update", _get("converged_after_last_update_ms"), "ms", False)]
+                ("converged after last update", value_at("converged_after_last_update_ms"), "ms", False)]
     if scenario == "relist":
         figs = []
         for mode in ("connections-dropped", "restart", "paired restart", "standby"):
-            figs += [(f"{mode}: resume", _get("modes", mode, "resume_seconds"), "s", False),
-                     (f"{mode}: reconciles", _get("modes", mode, "reconciles"), "", False),
-                     (f"{mode}: operator CPU", _get("modes", mode, "operator_cpu_seconds"), "s", False)]
+            figs += [(f"{mode}: resume", value_at("modes", mode, "resume_seconds"), "s", False),
+                     (f"{mode}: reconciles", value_at("modes", mode, "reconciles"), "", False),
+                     (f"{mode}: operator CPU", value_at("modes", mode, "operator_cpu_seconds"), "s", False),
+                     (f"{mode}: whole footprint CPU", value_at("modes", mode, "footprint_cpu_seconds"),
+                      "s", False)]
         return figs
     if scenario == "cost":
         sizes = sorted({r["n"] for r in runs if "n" in r})
@@ -79,6 +97,10 @@ def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
                  and r.get("rss_kb") else None, "MiB", False) for n in sizes]
         figs += [(f"PSS at N={n}", lambda r, n=n: (r["pss_kb"] / 1024) if r.get("n") == n
                   and r.get("pss_kb") else None, "MiB", False) for n in sizes]
+        figs += [(f"whole footprint {kind} at N={n}",
+                  lambda r, n=n, key=f"footprint_{kind.lower()}_kb":
+                  (r[key] / 1024) if r.get("n") == n and r.get(key) else None, "MiB", False)
+                 for kind in ("RSS", "PSS") for n in sizes]
         return figs
     return []
 

@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from ..config import REPO, BenchConfig
 
@@ -87,6 +88,9 @@ class Impl:
     # paired restart runs it); only implementations with ``supports_scope`` read it.
     scope: list[str] = field(default_factory=list)
     supports_scope = False
+    # The local stack's services this implementation needs to run (``postgres``, ``redis``):
+    # its whole footprint is its own processes plus every process of these.
+    services: ClassVar[tuple[str, ...]] = ()
 
     # --- lifecycle ------------------------------------------------------------------------
 

@@ -71,8 +71,8 @@ class ThisProject(Impl):
     beat: bool = False
     debounce: float = 0.0  # Reconciler.debounce of the BenchItem reconciler (opt-in)
     supports_standby = True
-
     supports_scope = True
+    services = ("postgres", "redis")  # the ledger and history; the cache and the broker
 
     def env(self, trace: Path, sleep_ms: int) -> dict[str, str]:
         return {**self.base_env(trace, sleep_ms), **_settings_env(self.cfg),

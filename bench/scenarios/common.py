@@ -5,7 +5,7 @@ state with a trace file, the observer watching, and a converged canary object - 
 whole pipeline (watch, queue, reconcile, status write) is live before anything is timed. It
 stops everything and deletes the namespaces (with their objects) afterwards, so one run never
 bleeds into the next. ``Meter`` takes the before/after snapshots of CPU, memory and api-server
-writes.
+writes, of the operator's own processes and of its whole footprint (``footprint_roots``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from .. import probes, workload
+from ..probes import FOOTPRINT
 from ..config import BenchConfig
 from ..impls.base import Impl
 from ..kube import Kube
@@ -149,10 +150,19 @@ def bench_backends(cfg: BenchConfig) -> list[int]:
         return []
 
 
+def footprint_roots(h: Harness, impl: Impl) -> list[int]:
+    """The roots of ``impl``'s whole footprint: its own processes and every process of each
+    service it needs (this project: all of PostgreSQL and Redis, not only its connections to
+    them - what a user runs for it). A peer's footprint is its own processes."""
+    stack = h.cfg.stack_pids()
+    return impl.roots() + [stack[s] for s in impl.services if s in stack]
+
+
 def process_groups(h: Harness, impl: Impl) -> dict[str, list[int]]:
     kids = probes.children_map()
     stack = h.cfg.stack_pids()
-    groups = {"operator": probes.tree(impl.roots(), kids)}
+    groups = {"operator": probes.tree(impl.roots(), kids),
+              FOOTPRINT: probes.tree(footprint_roots(h, impl), kids)}
     operator = set(groups["operator"])
     groups["postgres (bench db backends)"] = bench_backends(h.cfg)
     for service in ("postgres", "redis", "kube-apiserver", "etcd", "kube-controller-manager"):
@@ -167,7 +177,8 @@ def process_groups(h: Harness, impl: Impl) -> dict[str, list[int]]:
 
 @dataclass
 class Meter:
-    """CPU, api-server writes and (optionally) peak RSS between ``start()`` and ``stop()``."""
+    """CPU, api-server writes and (optionally) peak RSS between ``start()`` and ``stop()``, of
+    the operator's processes and of its whole footprint; RSS and PSS of both at ``stop()``."""
 
     h: Harness
     impl: Impl
@@ -197,7 +208,9 @@ class Meter:
         self.requests_before = self._requests()
         self.redis_before = self._redis_memory()
         if self.sample_rss:
-            self.sampler = probes.RssSampler(self.impl.roots)
+            self.sampler = probes.RssSampler(
+                {"operator": self.impl.roots,
+                 FOOTPRINT: lambda: footprint_roots(self.h, self.impl)})
             self.sampler.sample()
             self.sampler.start()
         self.cpu_before = probes.cpu_snapshot(process_groups(self.h, self.impl))
@@ -213,8 +226,10 @@ class Meter:
         if self.sampler is not None:
             self.sampler.sample()
             self.sampler.stop()
-            out["operator_rss_peak_kb"] = self.sampler.peak_kb
+            out["operator_rss_peak_kb"] = self.sampler.peak_kb["operator"]
+            out["footprint_rss_peak_kb"] = self.sampler.peak_kb[FOOTPRINT]
         out["operator_memory_after"] = probes.memory_of(self.impl.roots())
+        out["footprint_memory_after"] = probes.memory_of(footprint_roots(self.h, self.impl))
         self.result = out
         return out
 

@@ -4,7 +4,8 @@ and to the object being converged (from the observer's watch); p50/p99.
 
 A pool of 100 converged objects is updated round-robin, each update a merge patch of
 spec.value (a new generation) plus the stamp annotation, sent on schedule by a small thread
-pool so a slow response never delays the next send. Operator CPU per update is measured too.
+pool so a slow response never delays the next send. CPU per update of the operator's processes
+and of its whole footprint is measured too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import workload
 from ..impls.base import Impl
 from ..impls.ceiling import apiload
+from ..probes import FOOTPRINT
 from .common import Harness, Meter, measured_run
 
 POOL = 100
@@ -113,6 +115,8 @@ def _window(h: Harness, r, ns: str, pool: list[str], rate: int, window: float,
         "converged_p99_ms": ms(percentile(to_converged, 0.99)),
         "converged_samples": len(to_converged),
         "operator_cpu_ms_per_update": round(cost["cpu_seconds"]["operator"] * 1000 / max(1, len(sent)), 3),
+        "footprint_cpu_ms_per_update": round(cost["cpu_seconds"][FOOTPRINT] * 1000
+                                             / max(1, len(sent)), 3),
         "cost": cost,
         "_final": {name: v for name, (_, v) in final.items()},
     }

@@ -38,6 +38,7 @@ import time
 from .. import probes, workload
 from ..impls.base import Impl
 from ..impls.ceiling import apiload
+from ..probes import FOOTPRINT
 from .common import Harness, Meter, Run, measured_run
 
 VALUE = 3
@@ -151,6 +152,7 @@ def _disrupt(h: Harness, impl: Impl, r: Run, mode: str) -> dict:
         "resume_seconds": round(converged - t0, 3) if converged else None,
         "reconciles": len([x for x in runs if x[1] != r.canary]),
         "operator_cpu_seconds": cost["cpu_seconds"]["operator"],
+        "footprint_cpu_seconds": cost["cpu_seconds"][FOOTPRINT],
         "api_requests": cost["api_requests"],
     }
 
