@@ -108,8 +108,9 @@ class Impl:
             proc.stop()
         self.procs = []
 
-    def restart_watch(self, trace: Path, sleep_ms: int = 0) -> None:
-        """Stop and start whatever holds the watches (the relist scenario)."""
+    def restart(self, trace: Path, sleep_ms: int = 0) -> None:
+        """Stop and start every process of the operator, as a rolling upgrade replaces them
+        all (the relist scenario)."""
         self.stop()
         self.start(trace, sleep_ms)
 

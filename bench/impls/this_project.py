@@ -129,13 +129,6 @@ class ThisProject(Impl):
     def _watcher(self, env: dict[str, str]) -> Proc:
         return self.spawn("watcher", [sys.executable, "manage.py", "watch", RECONCILER], env)
 
-    def restart_watch(self, trace: Path, sleep_ms: int = 0) -> None:
-        """Only the watcher restarts: workers keep running, as in a rolling watcher update.
-        A clean stop releases the Lease, so the new watcher leads at once."""
-        watcher = next(p for p in self.procs if p.name == "watcher")
-        watcher.stop()
-        self.procs[self.procs.index(watcher)] = self._watcher(self.env(trace, sleep_ms))
-
     def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
         """A second watcher campaigning for the Lease, as the cluster manifests run two."""
         env = {**self.env(trace, sleep_ms), "OPERATOR_WATCHER_HTTP_PORT": "0"}

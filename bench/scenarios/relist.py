@@ -5,9 +5,9 @@ Two ways, both applied to each implementation:
 
 - ``connections-dropped``: every TCP connection the implementation holds to the api-server is
   killed (``ss -K``, by its local ports); clients reconnect and resume their watches.
-- ``restart``: whatever holds the watches is restarted (this project: the watcher process only,
-  workers keep running; kopf and controller-runtime: their one process), so it lists all N
-  objects again.
+- ``restart``: the whole operator restarts, as a rolling upgrade replaces it (this project: the
+  watcher and every worker; kopf and controller-runtime: their one process); the reconciles
+  its start makes are counted (controller-runtime lists and reconciles all N objects again).
 - ``standby``: where an implementation has a standby (this project: a second watcher), the
   leader stops cleanly with the standby running, as in a rolling update of two replicas; the
   standby takes over.
@@ -137,7 +137,7 @@ def _disrupt(h: Harness, impl: Impl, r: Run, mode: str) -> dict:
     t0 = time.time()
     dropped = None
     if mode == "restart":
-        impl.restart_watch(r.trace)
+        impl.restart(r.trace)
     elif mode == "standby":
         impl.stop_leader()
     else:
