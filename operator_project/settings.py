@@ -8,7 +8,6 @@ own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/conf.py``.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -38,11 +37,13 @@ if not DEBUG:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 
-# The apps only the web role uses. ``manage.py watch`` serves no pages, so it leaves them out:
-# a restarted watcher resumes ~35 ms sooner without the admin's imports.
+# The apps only the web role uses. OPERATOR_SERVES_PAGES=0 leaves them out of a process that
+# serves no pages and runs no migrations (the watcher): it starts without the admin's imports.
+# Every process runs with them unless told so: `migrate` without them would never make the
+# admin's and the sessions' tables.
 WEB_APPS = ["django.contrib.admin", "django.contrib.sessions", "django.contrib.messages",
             "django.contrib.staticfiles"]
-SERVES_PAGES = sys.argv[1:2] != ["watch"]
+SERVES_PAGES = env_bool("OPERATOR_SERVES_PAGES", True)
 INSTALLED_APPS = [app for app in [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -154,9 +155,13 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Celery's Django fixup closes every database connection around each task unless this is set:
-# a new PostgreSQL backend per reconcile cost ~8 ms of CPU (docs/benchmarks.md). The runner
-# calls close_old_connections() before each run, so CONN_MAX_AGE and health checks still apply.
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set, so each reconcile would start a new PostgreSQL backend. The reconcilers app's
+# tasks (runs and periodic ones) retire old and broken connections themselves
+# (close_old_connections() before they use one), so CONN_MAX_AGE and health checks still apply
+# to them; a project's own tasks in the same worker get no such check, which is why this is the
+# project's choice, not the app's (Celery reads it before any app is loaded). 0: Celery's
+# default, close around every task.
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {

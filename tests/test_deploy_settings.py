@@ -148,3 +148,35 @@ def test_operator_apps_are_installed_from_the_environment():
     without = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=production_env(),
                              capture_output=True, text=True, timeout=120)
     assert without.stdout.strip() == "[]", without.stdout + without.stderr
+
+
+def _web_apps_installed(env: dict[str, str], command: str) -> str:
+    script = (f"import sys; sys.argv = ['manage.py', {command!r}]; import django; "
+              "django.setup(); from django.conf import settings; "
+              "print(sorted(set(settings.WEB_APPS) & set(settings.INSTALLED_APPS)))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("command", ["watch", "runserver", "migrate"])
+def test_every_command_installs_the_same_apps(command):
+    """The settings never look at the command line: the watcher, the web role and `migrate`
+    run with the apps a project of your own would give them."""
+    assert _web_apps_installed(production_env(), command) == str(sorted(
+        ["django.contrib.admin", "django.contrib.messages", "django.contrib.sessions",
+         "django.contrib.staticfiles"]))
+
+
+def test_a_process_that_serves_no_pages_may_leave_the_web_apps_out():
+    """OPERATOR_SERVES_PAGES=0, for the watcher: the admin, sessions, messages and static files
+    are left out, and the operator's apps still load."""
+    env = production_env(OPERATOR_SERVES_PAGES="0", OPERATOR_APPS="tests.operatorapp")
+    assert _web_apps_installed(env, "watch") == "[]"
+    script = ("import django; django.setup(); from reconcilers.registry import registry; "
+              "print(sorted(registry.names()))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "probes.test.operator.local" in result.stdout
