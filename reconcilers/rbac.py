@@ -38,6 +38,7 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
         verbs.setdefault((gvr.group, resource), set()).update(vs)
 
     crd_names: list[str] = []
+    converting = False
     extra: list[dict] = []
     for cls in classes:
         primary = cls.primary()
@@ -55,6 +56,7 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
                 or (getattr(django_settings, "OPERATOR_SAMPLES", False)
                     and crds.is_sample(cls))):
             crd_names.append(cls.name())
+            converting = converting or crds.converts(crds.manifest_for(cls))
 
     by_group: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for (group, resource), vs in sorted(verbs.items()):
@@ -71,6 +73,8 @@ def rules_for(classes: Iterable[type[Reconciler]]) -> list[dict]:
                            ["get", "patch"], crd_names))
         rules.append(_rule(["apiextensions.k8s.io"], ["customresourcedefinitions"],
                            ["create"]))
+    if converting:  # a converting CRD is applied only while its webhook has an endpoint
+        rules.append(_rule(["discovery.k8s.io"], ["endpointslices"], ["list"]))
     return rules + list(extra)
 
 

@@ -7,10 +7,6 @@ Every fixture here talks to a real process started by ``make up`` (``python -m r
 - ``kube``           (session) a ``kubernetes.client.ApiClient`` authenticated as the admin user.
 - ``api``            a client made by the app's own door to Kubernetes (``reconcilers.kube``),
                      with ``KUBECONFIG`` pointing at the stack.
-- ``conversion_webhook`` (session) a real ``manage.py webhook serve --register --only
-                     conversion`` converting the sample Foo's versions for the whole session,
-                     as a cluster runs the operator's webhook: without it the api-server could
-                     not serve Foo v1, nor delete a namespace holding Foos.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
 - ``worker_db_url``  a DATABASE_URL pointing at pytest-django's test database, so processes a
@@ -81,83 +77,8 @@ def api(stack, monkeypatch):
     client.close()
 
 
-@dataclass
-class ConversionWebhook:
-    url: str
-    ca: Path
-
-
-@pytest.fixture(scope="session")
-def conversion_webhook(stack, kube, django_db_setup) -> Iterator[ConversionWebhook]:
-    import socket
-
-    from django.conf import settings
-    from django.db import connection
-
-    from reconcilers.contrib.samplecontroller.resources import Foo
-    from reconcilers.resources.apply import apply_crds
-
-    apply_crds([Foo], kube)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    certs = stack.state_dir / "webhook-tests"
-    db = connection.settings_dict
-    log_dir = ARTIFACTS / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / "session-conversion-webhook.log"
-    with open(log_path, "wb") as log:
-        popen = subprocess.Popen(
-            [sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
-             "--port", str(port), "--certs-dir", str(certs), "--host", "127.0.0.1",
-             "--register", "--only", "conversion"],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={
-                # The project's settings with the samples: Foo only - the test kinds (Gauge)
-                # stay with the tests that register their own server for them.
-                **os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings",
-                "OPERATOR_SAMPLES": "1", "DEBUG": "1",
-                "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(stack.kubeconfig),
-                "REDIS_URL": settings.REDIS_URL,
-                "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
-                                f"{db['PORT']}/{db['NAME']}"})
-    proc = Process("conversion-webhook", popen, log_path)
-    try:
-        proc.wait_for_log("webhooks on https://", timeout=90)
-        _until_foos_convert(kube)
-        yield ConversionWebhook(f"https://127.0.0.1:{port}", certs / "ca.crt")
-    finally:
-        proc.stop()
-
-
-def _until_foos_convert(kube) -> None:
-    """The registration updated the CRD, and the api-server rebuilds its storage a moment
-    later (requests meanwhile get 503): wait until a Foo reads as v1, so no test's run meets
-    that window."""
-    from reconcilers import kube as door
-    from tests.helpers import wait_for
-
-    name = f"conversion-probe-{uuid.uuid4().hex[:8]}"
-    foos = f"/apis/samplecontroller.k8s.io/{{}}/namespaces/{name}/foos"
-    door.request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    try:
-        door.request(kube, "POST", foos.format("v1alpha1"), {
-            "apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
-            "metadata": {"name": "probe"}, "spec": {"deploymentName": "probe", "replicas": 2}})
-
-        def converts() -> bool:
-            try:
-                got = door.request(kube, "GET", foos.format("v1") + "/probe")
-            except door.ApiError:
-                return False
-            return got["spec"].get("replicaCount") == 2
-        wait_for(converts, 60, "the session's conversion webhook to serve Foo v1")
-    finally:
-        door.request(kube, "DELETE", f"/api/v1/namespaces/{name}")
-
-
 @pytest.fixture
-def namespace(kube, conversion_webhook) -> Iterator[str]:
+def namespace(kube) -> Iterator[str]:
     from kubernetes import client
 
     name = f"t-{uuid.uuid4().hex[:10]}"

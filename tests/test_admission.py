@@ -223,5 +223,5 @@ def test_register_only_admission_or_only_conversion(capsys, tmp_path):
     call_command(*register, "conversion")
     out = capsys.readouterr().out
     assert "WebhookConfiguration" not in out
-    assert "kubectl patch crd foos.samplecontroller.k8s.io" in out
     assert "kubectl patch crd gauges.conversion.operator.local" in out
+    assert "foos.samplecontroller.k8s.io" not in out  # one version: nothing to convert

@@ -9,7 +9,9 @@ A converting CRD's manifest names the in-cluster webhook Service; where a webhoo
 registered itself instead (``manage.py webhook serve --register``: a URL and its CA, as on the
 local stack and compose) or cert-manager has injected the CA bundle, re-applying the manifest
 keeps that registration, so a watcher starting up never cuts the api-server off from its
-conversion webhook.
+conversion webhook. A manifest that no longer converts drops the live registration first,
+whoever made it: a CRD with strategy ``None`` may carry no webhook, and server-side apply
+removes only the fields its own manager set.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
         before = _get(api_client, name)
         if before is not None:
             body = _keep_conversion_registration(body, before)
+            _drop_conversion_registration(api_client, body, before)
         after = kube.request(api_client, "PATCH", kube.CRDS.path(None, name), body,
                              query={"fieldManager": field_manager, "force": "true"},
                              content_type=kube.APPLY_PATCH)
@@ -75,6 +78,16 @@ def _keep_conversion_registration(body: dict[str, Any], live: dict[str, Any]) ->
         body = copy.deepcopy(body)
         body["spec"]["conversion"]["webhook"]["clientConfig"] = have
     return body
+
+
+def _drop_conversion_registration(api_client: kube.ApiClient, body: dict[str, Any],
+                                  live: dict[str, Any]) -> None:
+    wanted = ((body.get("spec") or {}).get("conversion") or {}).get("strategy", "None")
+    registered = ((live.get("spec") or {}).get("conversion") or {}).get("strategy", "None")
+    if wanted == "None" and registered == "Webhook":
+        kube.request(api_client, "PATCH", kube.CRDS.path(None, body["metadata"]["name"]),
+                     {"spec": {"conversion": {"strategy": "None", "webhook": None}}},
+                     content_type=kube.MERGE_PATCH)
 
 
 def wait_established(api_client: kube.ApiClient, name: str, timeout: float) -> None:

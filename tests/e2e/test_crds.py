@@ -23,6 +23,7 @@ from reconcilers.resources import (
     PrinterColumn, Registry, Resource, Scale, Version, apply_crds, fields,
 )
 from reconcilers.resources.apply import CRD_PATH
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -343,6 +344,94 @@ def test_objects_written_through_either_version_read_back_through_both(
         "v1alpha1", True, True, False)
     assert old["deprecationWarning"] == "v1alpha1 is going; use v1"
     assert stored["spec"]["conversion"] == {"strategy": "None"}
+
+
+def converting(converting_group: str, injected: Registry) -> type[Resource]:
+    class HubSpec(fields.Object):
+        size = fields.Integer()
+
+    class SpokeSpec(fields.Object):
+        count = fields.Integer()
+
+    def to_hub(obj: dict) -> dict:
+        obj["spec"] = {"size": (obj.get("spec") or {}).get("count")}
+        return obj
+
+    def from_hub(obj: dict) -> dict:
+        obj["spec"] = {"count": (obj.get("spec") or {}).get("size")}
+        return obj
+
+    class Converting(Resource):
+        group = converting_group
+        versions = [Version("v1alpha1", storage=True, spec=HubSpec()),
+                    Version("v1", spec=SpokeSpec(), to_hub=to_hub, from_hub=from_hub)]
+
+        class Meta:
+            registry = injected
+
+    return Converting
+
+
+def test_the_watcher_leaves_a_converting_crd_alone_while_nobody_serves_its_webhook(kube):
+    """A converting CRD whose webhook has no server would make every list of its kind fail,
+    the namespace controller's included: the watcher's CRD sync does not install it, and says
+    why; once something accepts connections at the registered URL it does."""
+    import socket
+
+    from reconcilers import crds
+    from reconcilers.resources.crd import crd
+
+    resource = converting(unique_group(), Registry())
+    manifest = crd(resource)
+    name = manifest["metadata"]["name"]
+    service = manifest["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    outcome = crds.apply_if_served(kube, manifest)
+    assert outcome.startswith("not applied")
+    assert f"service {service['namespace']}/{service['name']} has no ready endpoint" in outcome
+    assert kube_module.get_or_none(kube, f"{CRD_PATH}/{name}") is None
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"https://127.0.0.1:{listener.getsockname()[1]}/convert"
+        manifest["spec"]["conversion"]["webhook"]["clientConfig"] = {"url": url}
+        try:
+            assert crds.apply_if_served(kube, manifest, timeout=60) == "created"
+        finally:
+            _delete_crd(kube, name)
+    manifest["spec"]["conversion"]["webhook"]["clientConfig"] = {"url": url}
+    assert "nothing accepts connections at" in crds.apply_if_served(kube, manifest)
+
+
+def test_a_crd_that_stops_converting_drops_the_registration_another_manager_made(
+        kube, installed):
+    """Upgrading to a manifest without conversion (as the sample Foo did) must not fail on a
+    webhook registration another field manager made - ``webhook serve --register``, or an
+    operator by hand - and leaves a kind every version of which lists."""
+    group = unique_group()
+    old = converting(group, Registry())
+    installed(old)
+    kube_module.request(kube, "PATCH", f"{CRD_PATH}/{old._meta.crd_name}", {"spec": {
+        "conversion": {"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:1/convert", "service": None}}}}},
+        content_type=kube_module.MERGE_PATCH)
+
+    from reconcilers.resources.crd import crd
+
+    manifest = crd(old)  # the same kind, now one version that converts through nothing
+    manifest["spec"]["versions"] = manifest["spec"]["versions"][:1]
+    manifest["spec"]["conversion"] = {"strategy": "None"}
+    assert apply_crds([manifest], kube, timeout=60) == [(old._meta.crd_name, "updated")]
+    assert read_crd(kube, old)["spec"]["conversion"] == {"strategy": "None"}
+
+    def lists() -> bool:  # the api-server rebuilds the kind's storage after the update
+        try:
+            kube_module.request(kube, "GET", f"/apis/{group}/v1alpha1/{old._meta.plural}")
+        except kube_module.ApiError:
+            return False
+        return True
+    wait_for(lists, 30, "the kind to list again")
 
 
 # --- applying and regenerating ------------------------------------------------------------------

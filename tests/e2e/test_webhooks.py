@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 GROUP, VERSION, PLURAL = "samplecontroller.k8s.io", "v1alpha1", "foos"
 FOO_CRD = REPO / "reconcilers" / "contrib" / "samplecontroller" / "crds" / f"{PLURAL}.{GROUP}.yaml"
-CONVERTING = [f"{PLURAL}.{GROUP}", "gauges.conversion.operator.local"]
+CONVERTING = ["gauges.conversion.operator.local"]
 
 
 def _free_port() -> int:
@@ -78,7 +78,8 @@ class Webhooks:
         wait_for(answers, 30, "the webhook server")
 
     def register(self, failure_policy: str = "Fail", only: str | None = "admission") -> None:
-        """Admission only by default: the session's server keeps converting Foos."""
+        """Admission only by default; ``only=None`` points the Gauge CRD's conversion here
+        too, handed back to its previous server at the end of the test."""
         if only != "admission" and self.previous is None:
             from reconcilers import kube, webhooks
             self.previous = webhooks.conversion_configs(kube.api_client(), CONVERTING)
@@ -245,87 +246,43 @@ def test_a_gauge_written_in_either_version_reads_back_in_both(kube, namespace, w
             .list_custom_resource_definition().items}, 60, "the test CRD to go")
 
 
-def _conversion_url(kube) -> str:
-    crd = client.ApiextensionsV1Api(kube).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-    return crd.spec.conversion.webhook.client_config.url
-
-
-def test_a_foo_written_in_either_version_reads_back_in_both(kube, namespace,
-                                                              conversion_webhook):
-    """The sample's v1 renames spec.replicas to spec.replicaCount; the webhook converts every
-    read and write between them, through v1alpha1 (stored, and what the reconciler reads)."""
-    crds.apply_manifest(kube, FOO_CRD)  # re-applying the manifest keeps the registration
-    assert _conversion_url(kube) == f"{conversion_webhook.url}/convert"
-    api = client.CustomObjectsApi(kube)
-
-    def read(version: str, name: str) -> dict:
-        return api.get_namespaced_custom_object(GROUP, version, namespace, PLURAL, name)["spec"]
-
-    _create(kube, namespace, foo("old", "old-nginx", replicas=3))
-
-    def readable_as_v1() -> bool:  # an earlier test's server may have just handed it back
-        try:
-            return read("v1", "old") == {"deploymentName": "old-nginx", "replicaCount": 3}
-        except client.ApiException as exc:
-            if exc.status < 500:
-                raise
-            return False
-    wait_for(readable_as_v1, 30, "the Foo read as v1")
-    api.create_namespaced_custom_object(GROUP, "v1", namespace, PLURAL, {
-        "apiVersion": f"{GROUP}/v1", "kind": "Foo", "metadata": {"name": "new"},
-        "spec": {"deploymentName": "new-nginx", "replicaCount": 2}})
-    assert read(VERSION, "new") == {"deploymentName": "new-nginx", "replicas": 2}
-    api.patch_namespaced_custom_object(GROUP, "v1", namespace, PLURAL, "new",
-                                       {"spec": {"replicaCount": 4}})
-    assert read(VERSION, "new") == {"deploymentName": "new-nginx", "replicas": 4}
-    listed = api.list_namespaced_custom_object(GROUP, "v1", namespace, PLURAL)["items"]
-    assert sorted((o["metadata"]["name"], o["spec"]["replicaCount"]) for o in listed) == [
-        ("new", 4), ("old", 3)]
-    # v1 has its own schema and CEL rules: deploymentName stays immutable, the range holds.
-    for patch, message in (({"deploymentName": "renamed"}, "deploymentName is immutable"),
-                           ({"replicaCount": 101}, "spec.replicaCount")):
-        with pytest.raises(client.ApiException) as err:
-            api.patch_namespaced_custom_object(GROUP, "v1", namespace, PLURAL, "new",
-                                               {"spec": patch})
-        assert err.value.status == 422 and message in json.loads(err.value.body)["message"]
-
-
 def test_admission_judges_v1_writes_in_the_hub_version(kube, namespace, webhooks):
-    """default() and validate() are written against v1alpha1; a v1 write reaches them
-    converted (matchPolicy Equivalent), and their verdict and patch come back as v1."""
-    _until_registered(kube, namespace)
+    """default() and validate() are written against the hub (Gauge v1alpha1); a v1 write
+    reaches them converted (matchPolicy Equivalent), and their verdict and patch come back
+    as v1."""
+    from reconcilers.resources import apply_crds
+    from tests.operatorapp.resources import Gauge
+
+    group, plural = Gauge._meta.group, Gauge._meta.plural
     api = client.CustomObjectsApi(kube)
+    apply_crds([Gauge], kube, timeout=60)
+    try:
+        webhooks.register(only=None)
 
-    def create_v1(name: str, deployment: str) -> dict:
-        return api.create_namespaced_custom_object(GROUP, "v1", namespace, PLURAL, {
-            "apiVersion": f"{GROUP}/v1", "kind": "Foo", "metadata": {"name": name},
-            "spec": {"deploymentName": deployment}})
+        def create_v1(name: str, spec: dict) -> dict:
+            return api.create_namespaced_custom_object(group, "v1", namespace, plural, {
+                "apiVersion": f"{group}/v1", "kind": "Gauge", "metadata": {"name": name},
+                "spec": spec})
 
-    assert create_v1("first", "shared")["spec"] == {"deploymentName": "shared",
-                                                    "replicaCount": 1}
-    with pytest.raises(client.ApiException) as err:
-        create_v1("second", "shared")
-    assert err.value.status == 422
-    assert 'Deployment "shared" is already named by Foo "first"' in json.loads(
-        err.value.body)["message"]
-
-
-def test_a_namespace_holding_foos_is_deleted(kube, conversion_webhook):
-    """The namespace controller deletes through the preferred version (v1): it needs the
-    conversion webhook, which the session's server keeps reachable."""
-    core = client.CoreV1Api(kube)
-    name = f"t-del-{time.monotonic_ns() % 10**8}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"test": "true"}}})
-    _create(kube, name, foo("doomed", "doomed"))
-    core.delete_namespace(name)
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(name)
-        except client.ApiException as exc:
-            return exc.status == 404
-        return False
-    wait_for(gone, 90, "the namespace holding a Foo to be deleted")
+        def defaulted() -> bool:  # the CRD's storage is rebuilt after the conversion patch
+            try:
+                got = create_v1("probe", {})
+            except client.ApiException as exc:
+                if exc.status < 500:
+                    raise
+                return False
+            return got["spec"] == {"scale": {"count": 1}}
+        wait_for(defaulted, 30, "a v1 Gauge defaulted through the hub")
+        with pytest.raises(client.ApiException) as err:
+            create_v1("big", {"scale": {"count": 11}})
+        assert err.value.status in (400, 422)
+        assert "at most 10" in json.loads(err.value.body)["message"]
+    finally:
+        client.ApiextensionsV1Api(kube).delete_custom_resource_definition(
+            Gauge._meta.crd_name)
+        wait_for(lambda: Gauge._meta.crd_name not in {
+            c.metadata.name for c in client.ApiextensionsV1Api(kube)
+            .list_custom_resource_definition().items}, 60, "the test CRD to go")
 
 
 def test_a_malformed_conversion_review_gets_a_400(webhooks):
@@ -334,7 +291,7 @@ def test_a_malformed_conversion_review_gets_a_400(webhooks):
 
 
 def test_serve_register_makes_its_certificates_registers_and_unregisters_on_stop(
-        kube, namespace, start_process, tmp_path, conversion_webhook):
+        kube, namespace, start_process, tmp_path):
     """The self-managed mode of the local stack and compose: one command makes the CA and
     serving pair, registers at https://HOST:PORT, serves, and removes its configurations when
     stopped, so a stopped server never leaves Foo writes refused."""
@@ -355,12 +312,9 @@ def test_serve_register_makes_its_certificates_registers_and_unregisters_on_stop
     with pytest.raises(client.ApiException) as err:
         _create(kube, namespace, foo("second", "shared"))
     assert 'already named by Foo "first"' in json.loads(err.value.body)["message"]
-    assert _conversion_url(kube) == f"https://127.0.0.1:{port}/convert"
 
     proc.stop()
     assert proc.popen.returncode == 0, proc.log()
-    # Conversion cannot be unregistered: it goes back to the server that had it before.
-    assert _conversion_url(kube) == f"{conversion_webhook.url}/convert"
     for read in (admission_api.read_validating_webhook_configuration,
                  admission_api.read_mutating_webhook_configuration):
         with pytest.raises(client.ApiException) as gone:

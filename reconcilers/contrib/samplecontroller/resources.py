@@ -5,13 +5,15 @@ with the validation upstream leaves to the controller: a Foo without a valid Dep
 with a replica count out of range is rejected by the api-server (422) instead of failing every
 reconcile. ``manage.py makecrds`` writes ``crds/foos.samplecontroller.k8s.io.yaml`` from it.
 
-``v1`` is served beside ``v1alpha1`` and renames ``spec.replicas`` to ``spec.replicaCount``;
-the webhook (``manage.py webhook serve``) converts between them through ``v1alpha1``, the
-stored version and the one the reconciler reads.
+One version, as upstream: the sample runs in every layout the README gives, most of them with
+no webhook server, and a CRD that converts through a webhook nobody serves cannot be listed -
+by ``kubectl`` or by the namespace controller, which then leaves every namespace holding a Foo
+``Terminating``. The admission hooks below are optional: without their server the CRD's own
+rules still hold.
 """
 
-from reconcilers.admission import ValidationError
-from reconcilers.resources import PrinterColumn, Resource, Version, fields
+from reconcilers.api import ValidationError
+from reconcilers.resources import PrinterColumn, Resource, fields
 
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
@@ -35,47 +37,16 @@ class FooSpec(fields.Object):
     replicas = _replicas()
 
 
-class FooSpecV1(fields.Object):
-    deployment_name = _deployment_name()
-    replica_count = _replicas()
-
-
 class FooStatus(fields.Object):
     available_replicas = fields.Integer(
         minimum=0, help_text="Available replicas of the Deployment, as last observed.")
-
-
-def v1_to_hub(obj: dict) -> dict:
-    """v1 -> v1alpha1: ``replicaCount`` is ``replicas`` again."""
-    spec = obj.setdefault("spec", {})
-    if "replicaCount" in spec:
-        spec["replicas"] = spec.pop("replicaCount")
-    return obj
-
-
-def v1_from_hub(obj: dict) -> dict:
-    """v1alpha1 -> v1: ``replicas`` is called ``replicaCount``."""
-    spec = obj.setdefault("spec", {})
-    if "replicas" in spec:
-        spec["replicaCount"] = spec.pop("replicas")
-    return obj
 
 
 class Foo(Resource):
     """A Foo asks for a Deployment of nginx with a given name and replica count."""
 
     group = "samplecontroller.k8s.io"
-    versions = [
-        Version("v1alpha1", storage=True),
-        Version("v1", spec=FooSpecV1(required=True, help_text="The Deployment this Foo wants."),
-                to_hub=v1_to_hub, from_hub=v1_from_hub,
-                printer_columns=[
-                    PrinterColumn("Deployment", "spec.deployment_name"),
-                    PrinterColumn("Replicas", "spec.replica_count"),
-                    PrinterColumn("Available", "status.available_replicas"),
-                    PrinterColumn.age(),
-                ]),
-    ]
+    version = "v1alpha1"
     kind = "Foo"
     spec = FooSpec(required=True, help_text="The Deployment this Foo wants.")
     status = FooStatus(help_text="What the controller last observed.")
