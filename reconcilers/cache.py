@@ -18,8 +18,6 @@ data of a Secret.
 from __future__ import annotations
 
 import json
-import os
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -34,8 +32,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 @per_process
 def client_for(url: str) -> redis.Redis:
-    """One client (connection pool) per process and URL: the cache's, and the broker's
-    (``broker.py``) - the same client where both are ``REDIS_URL``."""
+    """One client (connection pool) per process and URL."""
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
                                 health_check_interval=30)
 
@@ -45,117 +42,13 @@ def get_redis() -> redis.Redis:
     return client_for(settings.REDIS_URL)
 
 
-class Batch:
+def Batch(transaction: bool = True) -> redis.client.Pipeline:  # noqa: N802 - a constructor
     """Commands sent in one round trip - with ``transaction``, applied together (MULTI ...
-    EXEC) - on a connection the calling thread keeps.
-
-    The watcher writes one per event and every run reads through one. redis-py's pipeline
-    spent ~0.12 ms of client CPU on each (pool checkout and return, per-command wrappers,
-    packing, reset), a third of the watcher's CPU; packing RESP here on a kept connection
-    takes ~0.05 ms. Only the commands the cache uses are offered, with redis-py's signatures,
-    so the functions below take a redis-py pipeline as well.
-
-    A dropped connection is replaced and the batch sent once more: every write here sets a
-    value or membership (never increments), so applying a batch twice leaves what once
-    does."""
-
-    def __init__(self, transaction: bool = True) -> None:
-        self.transaction = transaction
-        self.commands: list[tuple] = []
-
-    def hset(self, name: str, key: str | None = None, value: str | None = None,
-             mapping: Mapping[str, str] | None = None) -> None:
-        pairs = [] if key is None else [key, value]
-        for k, v in (mapping or {}).items():
-            pairs += [k, v]
-        self.commands.append(("HSET", name, *pairs))
-
-    def hdel(self, name: str, *keys: str) -> None:
-        self.commands.append(("HDEL", name, *keys))
-
-    def hget(self, name: str, key: str) -> None:
-        self.commands.append(("HGET", name, key))
-
-    def sadd(self, name: str, *values: str) -> None:
-        self.commands.append(("SADD", name, *values))
-
-    def srem(self, name: str, *values: str) -> None:
-        self.commands.append(("SREM", name, *values))
-
-    def delete(self, *names: str) -> None:
-        self.commands.append(("DEL", *names))
-
-    def exists(self, *names: str) -> None:
-        self.commands.append(("EXISTS", *names))
-
-    def set(self, name: str, value: str, ex: int | None = None, xx: bool = False,
-            keepttl: bool = False) -> None:
-        self.commands.append(("SET", name, value, *(("EX", ex) if ex is not None else ()),
-                              *(("XX",) if xx else ()), *(("KEEPTTL",) if keepttl else ())))
-
-    def execute(self) -> list[Any]:
-        """The commands' replies, in order, as Redis gives them (``b"OK"``, not redis-py's
-        ``True``); raises the first error reply."""
-        if not self.commands:
-            return []
-        commands = ([("MULTI",), *self.commands, ("EXEC",)] if self.transaction
-                    else self.commands)
-        payload = _pack(commands)
-        try:
-            replies = _round_trip(_thread_connection(), payload, len(commands))
-        except (redis.ConnectionError, redis.TimeoutError):
-            _local.connection = None
-            replies = _round_trip(_thread_connection(), payload, len(commands))
-        if self.transaction:
-            # A command refused while queueing fails the whole (EXECABORT; nothing applied):
-            # its own error comes first. Otherwise EXEC's reply holds the commands' replies.
-            for reply in replies:
-                if isinstance(reply, redis.ResponseError):
-                    raise reply
-            replies = replies[-1]
-        for reply in replies:
-            if isinstance(reply, redis.ResponseError):
-                raise reply
-        return list(replies)
-
-
-_local = threading.local()
-
-
-def _thread_connection() -> redis.Connection:
-    """This thread's own connection of the process's pool (made on first use, again after a
-    fork or a change of the Redis URL)."""
-    pool = get_redis().connection_pool
-    conn = getattr(_local, "connection", None)
-    if conn is None or _local.pool is not pool or _local.pid != os.getpid():
-        conn = _local.connection = pool.make_connection()
-        _local.pool, _local.pid = pool, os.getpid()
-    return conn
-
-
-def _round_trip(conn: redis.Connection, payload: bytes, replies: int) -> list[Any]:
-    try:
-        conn.send_packed_command([payload])
-        out = []
-        for _ in range(replies):  # every reply is read, errors too: the next batch's are next
-            try:
-                out.append(conn.read_response())
-            except redis.ResponseError as exc:
-                out.append(exc)
-        return out
-    except BaseException:
-        conn.disconnect()  # a reply may still be in flight: never reuse the connection then
-        raise
-
-
-def _pack(commands: list[tuple]) -> bytes:
-    out = []
-    for command in commands:
-        out.append(b"*%d\r\n" % len(command))
-        for arg in command:
-            data = arg if isinstance(arg, bytes) else str(arg).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
+    EXEC): a redis-py pipeline of the process's client. The watcher writes one per event and
+    every run reads through one. A dropped connection is replaced and the batch sent again
+    (redis-py's retry): every write here sets a value or membership (never increments), so
+    applying a batch twice leaves what once does."""
+    return get_redis().pipeline(transaction=transaction)
 
 
 def _objects_key(gvr: GVR) -> str:
@@ -185,7 +78,7 @@ def sanitize(obj: Mapping) -> dict:
 
 
 def put_many(gvr: GVR, objs: Iterable[Mapping],
-             pipe: Batch | redis.client.Pipeline | None = None) -> None:
+             pipe: redis.client.Pipeline | None = None) -> None:
     mapping = {}
     for obj in objs:
         meta = obj["metadata"]
@@ -196,7 +89,7 @@ def put_many(gvr: GVR, objs: Iterable[Mapping],
 
 
 def delete(gvr: GVR, namespace: str | None, name: str,
-           pipe: Batch | redis.client.Pipeline | None = None) -> None:
+           pipe: redis.client.Pipeline | None = None) -> None:
     (pipe or get_redis()).hdel(_objects_key(gvr), field(namespace, name))
 
 
@@ -238,7 +131,7 @@ def _indexes_key(gvr: GVR, scope: str | None) -> str:
 
 
 def reindex(gvr: GVR, scope: str | None, path: str, old: Mapping[str, set[str]],
-            new: Mapping[str, set[str]], pipe: Batch | redis.client.Pipeline) -> None:
+            new: Mapping[str, set[str]], pipe: redis.client.Pipeline) -> None:
     """File ``path`` under its new values of each index, and out of the ones it left."""
     for index in set(old) | set(new):
         before, after = old.get(index, set()), new.get(index, set())
@@ -249,7 +142,7 @@ def reindex(gvr: GVR, scope: str | None, path: str, old: Mapping[str, set[str]],
 
 
 def reset_indexes(gvr: GVR, scope: str | None, names: Iterable[str],
-                  pipe: Batch | redis.client.Pipeline) -> None:
+                  pipe: redis.client.Pipeline) -> None:
     """Drop every index set of this scope (in ``pipe``) and record which indexes it keeps from
     now on: a watcher that starts with other index functions never serves stale sets."""
     # "*" names the all-namespaces scope; in a SCAN pattern it must be matched literally.
@@ -332,7 +225,7 @@ def mark_synced(gvr: GVR, namespace: str | None, resource_version: str,
 
 
 def advance(gvr: GVR, namespace: str | None, resource_version: str, stream: str = "",
-            pipe: Batch | redis.client.Pipeline | None = None) -> None:
+            pipe: redis.client.Pipeline | None = None) -> None:
     """Move the stream's position, in the transaction that applies the change to the cache:
     the position never runs ahead of the cache or behind it. An expired marker stays expired."""
     (pipe or get_redis()).set(_synced_key(gvr, namespace), f"{stream} {resource_version}",
@@ -410,7 +303,7 @@ class Change:
         return f"{self.resource}|{self.path}"
 
 
-def journal(change: Change, pipe: Batch | redis.client.Pipeline) -> None:
+def journal(change: Change, pipe: redis.client.Pipeline) -> None:
     pipe.hset(_PENDING, change.field, json.dumps(
         {"t": change.token, "d": change.deleted, "o": change.obj if change.deleted else None},
         separators=(",", ":")))
