@@ -1,14 +1,10 @@
-"""The Django project: settings, URLs, and the Celery app that workers and beat run.
+"""The Django project: settings, URLs, and the Celery app that every process runs.
 
-The app is imported at start, as Celery's Django guide has it, by every process but the
-watcher: it sends its messages without Celery (``reconcilers/broker.py``), and importing
-Celery would only delay a restarted watcher's first key. ``celery -A operator_project`` finds
-the app in ``operator_project.celery`` either way.
+The app is imported at start, as Celery's Django guide has it: the work queue publishes its
+messages through it (``reconcilers/broker.py``), so every process that sends - the watcher
+too - needs it. ``celery -A operator_project`` finds it in ``operator_project.celery``.
 """
 
-import sys
+from .celery import app as celery_app
 
-if sys.argv[1:2] != ["watch"]:
-    from .celery import app as celery_app
-
-    __all__ = ("celery_app",)
+__all__ = ("celery_app",)

@@ -11,9 +11,8 @@ class ReconcilersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Every process sends the work queue's messages through ``broker``; the Celery tasks
-        are registered only where a Celery app runs (a worker, beat, a project that imports
-        its app at start): a watcher never imports Celery."""
+        """Every process sends the work queue's messages through ``broker`` (the project's
+        Celery app); the Celery tasks are registered where Celery is loaded."""
         from . import broker, checks, registry, resources  # noqa: F401 (checks registers)
 
         resources.autodiscover()

@@ -1,44 +1,32 @@
-"""The work queue's messages, written to the Redis broker in Celery's own format.
+"""The work queue's messages, published through the project's Celery app.
 
-Celery consumes them - workers run ``reconcile:<reconciler>`` tasks, with their rate limits,
-time limits and acknowledgements - but no process needs Celery to *send* one. A message is
-what Celery's ``apply_async`` puts on a Redis queue (task message protocol 2, in kombu's Redis
-envelope: a JSON object with the body base64-encoded, pushed onto the list named after the
-queue), so a worker cannot tell the two apart. The watcher sends every key it sees and is the
-process whose start a restart waits for: importing Celery and making its first message
-(the app's finalisation, the producer, the queue's declaration) took a fifth of a restarted
-watcher's CPU before its first key (docs/benchmarks.md, change 31). Every process sends the
-same way, so there is one sender to trust.
+Every message is Celery's own: ``send_task`` on the app the project loads at start (as
+Celery's Django guide has it: ``from .celery import app`` in the project package's
+``__init__``), through its producer pool. So whatever a user configures for Celery applies to
+the work queue too - the broker and its transport options, ``CELERY_TASK_ROUTES``, queues and
+exchanges, the serializer, compression, message signing, the publish signals
+(``before_task_publish``, where Sentry and OpenTelemetry propagate their traces) and
+task-sent events for Flower. A reconciler's own ``queue`` is passed as the message's queue and
+so wins over a route, as an explicit ``queue=`` does for any Celery task.
 
-What follows from writing the list directly: the broker is Redis, named as Celery names the
-one it sends to (``CELERY_BROKER_WRITE_URL``, else ``CELERY_BROKER_URL``, each from the
-environment first, then the Django setting), ``redis://`` or ``rediss://`` with any TLS options
-in the URL's query; a check refuses anything else at start (``checks.check_broker``). A message
-goes to its reconciler's ``queue`` or ``CELERY_TASK_DEFAULT_QUEUE`` (``CELERY_TASK_ROUTES`` does
-not apply to it), at priority 0, as JSON; a ``global_keyprefix`` in
-``CELERY_BROKER_TRANSPORT_OPTIONS`` is honoured as kombu does. Settings given only to the
-Celery app object in code (``app.conf...``) are not seen here.
+What the ledger's recovery asks of the broker (``tasks.broker_backlog``): to tell a message
+that is merely waiting from one that is lost, the reaper reads the oldest message of each
+queue, which a Redis broker keeps as a list. With any other broker it cannot look, and every
+key queued longer than ``RECONCILERS_REDISPATCH_AFTER`` is sent again - still never run twice
+(the ledger's token drops the duplicate), only sent more often under a long backlog.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
-import os
-import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
-from functools import partial
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-import redis
-from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 
 from . import workqueue
-from .cache import client_for
 from .conf import RunLimits
 from .registry import registry
 
@@ -47,16 +35,14 @@ from .registry import registry
 SENT_AT = "x-sent-at"
 UNREGISTERED_TASK = "reconcilers.reconcile_unregistered"
 UNREGISTERED_LIMITS = (90, 60)  # (hard, soft) seconds: what that task records takes at most
-SCHEMES = ("redis://", "rediss://")
 
-# A publish must not stall the watcher for long while Redis is down: the reaper re-sends
-# whatever the ledger says is queued and no broker took. Seconds before each new attempt.
-RETRY_DELAYS = (0.1, 0.6)
+# A publish must not stall the watcher for long while the broker is down: the reaper re-sends
+# whatever the ledger says is queued and no broker took.
+PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
+                 "interval_max": 1.0}
+# Messages a batch holds before kombu flushes them (one pipeline on Redis).
+BATCH_SIZE = 500
 
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-_HOST = socket.gethostname()
-# No result is ever sent back (every task ignores its result): any stable id will do.
-_REPLY_TO = str(uuid.uuid4())
 _local = threading.local()
 
 
@@ -64,55 +50,33 @@ def task_name(reconciler: str) -> str:
     return f"reconcile:{reconciler}"
 
 
-def broker_url() -> str:
-    """The URL Celery sends to, found where Celery looks for it ("" when none is set)."""
-    for name in ("CELERY_BROKER_WRITE_URL", "CELERY_BROKER_URL"):
-        url = os.environ.get(name) or getattr(django_settings, name, None)
-        if url:
-            return url
-    return ""
+def app():
+    """The project's Celery app - the current one, never Celery's unconfigured fallback,
+    which would send to a broker nobody named."""
+    from celery import current_app
+
+    found = current_app._get_current_object()
+    if found.main == "default" and not found.set_as_current:
+        raise ImproperlyConfigured(
+            "no Celery app is loaded: the work queue sends through your project's Celery app. "
+            "Import it in your project package's __init__.py, as Celery's Django guide shows: "
+            "`from .celery import app as celery_app`.")
+    return found
 
 
 def default_queue() -> str:
-    return getattr(django_settings, "CELERY_TASK_DEFAULT_QUEUE", None) or "celery"
+    return app().conf.task_default_queue or "celery"
 
 
-def queue_key(queue: str) -> str:
-    """The Redis list holding ``queue``'s messages (kombu's name for priority 0)."""
-    options = getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
-    return f"{options.get('global_keyprefix') or ''}{queue}"
-
-
-def client() -> redis.Redis:
-    return client_for(broker_url())
-
-
-def message(task: str, task_id: str, kwargs: dict, kwargsrepr: str, queue: str,
-            time_limits: tuple[float | None, float | None] = (None, None),
-            countdown: float | None = None, ignore_result: bool | None = True) -> bytes:
-    """One Celery message as kombu's Redis transport stores it. ``time_limits`` is
-    ``(hard, soft)``; ``None`` there and in ``ignore_result`` leaves the task's own."""
-    now = time.time()
-    eta = None
-    if countdown:
-        eta = (datetime.now(timezone.utc) + timedelta(seconds=countdown)).isoformat()
-    body = json.dumps([[], kwargs, _EMBED]).encode()
-    return json.dumps({
-        "body": base64.b64encode(body).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": {
-            "lang": "py", "task": task, "id": task_id, "shadow": None, "eta": eta,
-            "expires": None, "group": None, "group_index": None, "retries": 0,
-            "timelimit": list(time_limits), "root_id": task_id, "parent_id": None,
-            "argsrepr": "()", "kwargsrepr": kwargsrepr, "origin": f"gen{os.getpid()}@{_HOST}",
-            "ignore_result": ignore_result, "replaced_task_nesting": 0, "stamped_headers": None,
-            "stamps": {}, SENT_AT: now},
-        "properties": {
-            "correlation_id": task_id, "reply_to": _REPLY_TO, "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
-            "body_encoding": "base64", "delivery_tag": str(uuid.uuid4())},
-    }).encode()
+def queue_for(reconciler: str) -> str:
+    """The queue a reconciler's messages go to: its own ``queue``, else where Celery's
+    routes (``CELERY_TASK_ROUTES``) send its task, else the default queue."""
+    cls = registry.get_class(reconciler) if reconciler in registry else None
+    if cls is not None and cls.queue:
+        return cls.queue
+    routed = app().amqp.router.route({}, task_name(reconciler), (), {})
+    queue = routed.get("queue")
+    return getattr(queue, "name", None) or default_queue()
 
 
 def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
@@ -125,9 +89,8 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
         task, queue, time_limits = task_name(name), cls.queue, (limits.hard, limits.soft)
     else:
         task, queue, time_limits = UNREGISTERED_TASK, None, UNREGISTERED_LIMITS
-    queue = queue or default_queue()
-    _push(queue, partial(message, task, task_id, kwargs, repr(kwargs), queue, time_limits,
-                         dispatch.countdown or None))
+    _send(task, task_id, kwargs, repr(kwargs), queue, time_limits,
+          countdown=dispatch.countdown or None)
 
 
 def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
@@ -145,86 +108,74 @@ def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None
     hard = RunLimits.of(cls.timeout).hard
     backstop = (len(dispatches) + 1) * hard
     keys = [[str(d.key), d.token] for d in dispatches]
-    queue = cls.queue or default_queue()
-    _push(queue, partial(message, task_name(name), task_id, {"keys": keys},
-                         f"{{'keys': <{len(keys)} keys>}}", queue,
-                         (backstop + hard, backstop)))
+    _send(task_name(name), task_id, {"keys": keys}, f"{{'keys': <{len(keys)} keys>}}",
+          cls.queue, (backstop + hard, backstop))
 
 
 def send_periodic(task: str) -> None:
     """Send one of the periodic tasks (``periodic.schedule``) now: the leading watcher's
     stand-in for beat."""
-    queue = default_queue()
-    _push(queue, partial(message, task, str(uuid.uuid4()), {}, "{}", queue,
-                         ignore_result=None))
+    _send(task, str(uuid.uuid4()), {}, "{}", None, (None, None), ignore_result=None)
+
+
+def _send(task: str, task_id: str, kwargs: dict, kwargsrepr: str, queue: str | None,
+          time_limits: tuple[float | None, float | None], countdown: float | None = None,
+          ignore_result: bool | None = True) -> None:
+    """Every message: stamped with its send time, retried briefly when the broker blinks, in
+    the open batch if any, with its arguments' log form given (Celery's ``saferepr`` of them
+    costs as much as the rest of the publish). ``time_limits`` is ``(hard, soft)``; ``None``
+    there and in ``ignore_result`` leaves the task's own."""
+    options = {}
+    if queue:
+        options["queue"] = queue
+    if ignore_result is not None:
+        options["ignore_result"] = ignore_result
+    app().send_task(
+        task, kwargs=kwargs, task_id=task_id, countdown=countdown, kwargsrepr=kwargsrepr,
+        argsrepr="()", headers={SENT_AT: time.time()}, time_limit=time_limits[0],
+        soft_time_limit=time_limits[1], retry=True, retry_policy=PUBLISH_RETRY,
+        producer=getattr(_local, "producer", None), add_to_parent=False, **options)
 
 
 @contextlib.contextmanager
 def batch() -> Iterator[None]:
-    """Messages published inside reach Redis together (one ``MULTI``/``EXEC``: all or none)
-    when the block ends - a relist's or a burst's many; nothing is sent if the block fails.
-    Inside another batch, the outer one sends them."""
-    if getattr(_local, "pending", None) is not None:
+    """Messages published inside reach the broker together when the block ends (kombu's
+    producer batch: one pipeline on Redis) - a relist's or a burst's many; nothing is sent
+    if the block fails. Inside another batch, the outer one sends them."""
+    if getattr(_local, "producer", None) is not None:
         yield
         return
-    _local.pending = pending = []
-    try:
-        yield
-    finally:
-        _local.pending = None
-    if pending:
-        _with_retry(lambda: _push_all(pending))
-
-
-# A message is made again for every attempt to send it: each has a delivery tag of its own, as
-# each of kombu's publish attempts does. Two copies under one tag - the first written before a
-# dropped connection hid its reply - would share kombu's unacknowledged-message record, and the
-# first copy's ack would take the second's protection from a worker's death with it.
-Made = Callable[[], bytes]
-
-
-def _push(queue: str, make: Made) -> None:
-    pending = getattr(_local, "pending", None)
-    if pending is not None:
-        pending.append((queue, make))
-    else:
-        _with_retry(lambda: client().lpush(queue_key(queue), make()))
-
-
-def _push_all(pending: list[tuple[str, Made]]) -> None:
-    """One LPUSH per queue, the messages in the order they were published (the consumer
-    pops from the other end)."""
-    by_queue: dict[str, list[bytes]] = {}
-    for queue, make in pending:
-        by_queue.setdefault(queue, []).append(make())
-    pipe = client().pipeline(transaction=True)
-    for queue, raws in by_queue.items():
-        pipe.lpush(queue_key(queue), *raws)
-    pipe.execute()
-
-
-def _with_retry(push: Callable[[], object]) -> None:
-    for delay in (*RETRY_DELAYS, None):
+    with app().producer_or_acquire() as producer, producer.batch(max_size=BATCH_SIZE):
+        _local.producer = producer
         try:
-            push()
-            return
-        except (redis.ConnectionError, redis.TimeoutError):
-            if delay is None:
-                raise
-            time.sleep(delay)
+            yield
+        finally:
+            _local.producer = None
 
 
 def connect() -> None:
-    """Open this process's broker connection ahead of the first message."""
-    client().ping()
+    """Do what the first message would, ahead of it: finish the app's lazy set-up and
+    connect this process's producer to the broker."""
+    celery = app()
+    celery.finalize(auto=True)
+    with celery.producer_or_acquire() as producer:
+        producer.connection.ensure_connection(max_retries=1)
 
 
-def oldest_waiting(queues: Sequence[str]) -> dict[str, bytes | None]:
-    """The message at the consuming end of each queue (the one that has waited longest)."""
-    pipe = client().pipeline(transaction=False)
-    for queue in queues:
-        pipe.lindex(queue_key(queue), -1)
-    return dict(zip(queues, pipe.execute()))
+def oldest_waiting(queues: Sequence[str]) -> dict[str, bytes | None] | None:
+    """The message at the consuming end of each queue (the one that has waited longest);
+    ``None`` where the broker keeps no list to look into (not Redis)."""
+    with app().pool.acquire(block=True) as conn:
+        if conn.transport.driver_type != "redis":
+            return None
+        client = conn.default_channel.client
+        # kombu prefixes the keys of the commands it uses itself, LINDEX not among them.
+        prefixed = "LINDEX" in getattr(client, "PREFIXED_SIMPLE_COMMANDS", ())
+        prefix = "" if prefixed else getattr(client, "global_keyprefix", "") or ""
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.lindex(f"{prefix}{queue}", -1)
+        return dict(zip(queues, pipe.execute()))
 
 
 def install() -> None:

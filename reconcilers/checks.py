@@ -61,33 +61,15 @@ def check_services(app_configs, **kwargs):
 
 @register(TAG)
 def check_broker(app_configs, **kwargs):
-    """The work queue writes its messages to Redis itself (``broker``): the broker must be a
-    Redis it can name, and the workers must accept what it writes."""
-    errors = []
-    url = broker.broker_url()
-    options = ("CELERY_BROKER_WRITE_URL or CELERY_BROKER_URL must be one Redis URL starting "
-               + " or ".join(broker.SCHEMES) + ", with any TLS options in its query")
-    if not url:
-        errors.append(Error("no broker is set", hint=options, id="reconcilers.E005"))
-    elif not url.startswith(broker.SCHEMES) or ";" in url:
-        errors.append(Error(f"the broker {url.split('://')[0]}://... is not one Redis",
-                            hint=options + " (the work queue writes its Celery messages to "
-                            "Redis itself: reconcilers/broker.py)", id="reconcilers.E005"))
-    if getattr(django_settings, "CELERY_BROKER_USE_SSL", None):
-        errors.append(Error("CELERY_BROKER_USE_SSL is not read by the work queue's sender",
-                            hint="Give the TLS options in the rediss:// URL's query instead "
-                            "(ssl_cert_reqs, ssl_ca_certs, ssl_certfile, ssl_keyfile).",
-                            id="reconcilers.E006"))
-    accept = getattr(django_settings, "CELERY_ACCEPT_CONTENT", None)
-    if accept is not None and not {"json", "application/json"} & set(accept):
-        errors.append(Error(f"CELERY_ACCEPT_CONTENT {list(accept)} leaves out JSON",
-                            hint="The work queue's messages are JSON; workers would discard "
-                                 "every one.", id="reconcilers.E007"))
-    if getattr(django_settings, "CELERY_TASK_DEFAULT_PRIORITY", None):
-        errors.append(Warning("CELERY_TASK_DEFAULT_PRIORITY is not applied to the work "
-                              "queue's messages: they are sent at priority 0",
-                              id="reconcilers.W002"))
-    return errors
+    """The work queue publishes through the project's Celery app (``broker``): one must be
+    loaded, or its messages would go to Celery's unconfigured fallback."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        broker.app()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="reconcilers.E005")]
+    return []
 
 
 @register(TAG)

@@ -4,8 +4,8 @@ One task per registered reconciler, named ``reconcile:<reconciler>``, so each ki
 ``rate_limit`` (Celery's token bucket stands in for the WorkQueue's overall rate limiter) and
 queue. The message carries ``(key, token)``, never the object; its task id is the work queue's
 ``<key>#<token>``. A retry is a new message of the same task with the ledger's per-key backoff
-as its countdown, sent by the work queue like every other message - written by ``broker.py``,
-so no process needs Celery to send one; this module is the consuming side.
+as its countdown, sent by the work queue like every other message (``broker``, through the
+same Celery app); this module is the consuming side.
 
 ``install()`` (called from ``AppConfig.ready`` where a Celery app runs) registers the tasks and
 beat's periodic tasks on whichever Celery app the project runs: nothing here names it.
@@ -133,14 +133,16 @@ def broker_backlog() -> workqueue.Backlog | None:
     Redis queues are lists, first in, first out: the oldest waiting message is the list's
     tail, and its ``SENT_AT`` header says when it was sent. A message without one (another
     sender's) counts as just sent, which can only make the reaper re-send sooner, never hide
-    a loss. ``None`` when the broker does not answer."""
-    default = broker.default_queue()
-    queue_of = {cls.name(): cls.queue or default for cls in registry}
-    queues = sorted({default, *queue_of.values()})
+    a loss. ``None`` when the broker does not answer or keeps no lists (not Redis)."""
     try:
+        default = broker.default_queue()
+        queue_of = {cls.name(): broker.queue_for(cls.name()) for cls in registry}
+        queues = sorted({default, *queue_of.values()})
         oldest = broker.oldest_waiting(queues)
     except Exception as exc:  # broker down: the reaper falls back to re-sending
         log.warning("could not read the broker's queues: %s", exc)
+        return None
+    if oldest is None:
         return None
     now = time.time()
     waited = {queue: max(0.0, now - _sent_at(raw, now)) for queue, raw in oldest.items()}

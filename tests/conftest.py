@@ -242,7 +242,8 @@ def probe_crds(kube):
     for path in sorted((REPO / "tests" / "operatorapp" / "crds").glob("*.yaml")):
         crds.apply_manifest(kube, path)
     return ["probes.test.operator.local", "probes.finalizing.operator.local",
-            "probes.deadline.operator.local", "probes.configured.operator.local"]
+            "probes.deadline.operator.local", "probes.configured.operator.local",
+            "probes.ratelimited.operator.local"]
 
 
 @dataclass

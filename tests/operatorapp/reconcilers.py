@@ -96,6 +96,14 @@ class DeadlineProbeReconciler(ProbeReconciler):
         return super().reconcile(obj, ctx)
 
 
+@register
+class RateLimitedProbeReconciler(ProbeReconciler):
+    """The probe under Celery's token bucket: at most two runs a second per worker."""
+
+    group = "ratelimited.operator.local"
+    rate_limit = "2/s"
+
+
 def _config_users(cm: dict) -> list[str]:
     name = cm["metadata"]["name"]
     return [name[: -len("-config")]] if name.endswith("-config") else []

@@ -1,0 +1,54 @@
+"""A user's Celery configuration applies to the work queue's messages: a project routing every
+reconcile task to its own queue (``CELERY_TASK_ROUTES``) converges with a worker that consumes
+only that queue, and its ``before_task_publish`` handler sees every message."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.test_engine import PROBE, converged, create
+from tests.helpers import wait_for
+from tests.routedproject.apps import PUBLISHED
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_project_routing_reconcile_tasks_to_its_own_queue_converges(
+        kube, operator, redis_client):
+    operator.env["DJANGO_SETTINGS_MODULE"] = "tests.routedproject.settings"
+    operator.start_watcher(PROBE)
+    operator.celery_worker("widgets", queues="widgets", env=operator.env, pool="threads",
+                           concurrency=2)
+    names = [f"routed-{i}" for i in range(5)]
+    for name in names:
+        create(kube, operator.namespace, name, value=name)
+    wait_for(lambda: converged(kube, operator.namespace, names), 60,
+             "the objects to converge through the routed queue")
+    counted = {key.decode().removeprefix(PUBLISHED): int(redis_client.get(key))
+               for key in redis_client.scan_iter(f"{PUBLISHED}*")}
+    assert set(counted) == {"widgets"} and counted["widgets"] >= 1, counted
+
+
+RATE_LIMITED = "probes.ratelimited.operator.local"
+
+
+def test_a_reconcilers_rate_limit_spaces_its_runs_on_real_workers(kube, operator):
+    """``rate_limit = "2/s"`` is Celery's token bucket (capacity 1, refilled twice a second):
+    the WorkQueue's overall limiter for one worker. A burst of objects on a worker with four
+    run threads starts at most three runs in any second and takes its time."""
+    from reconcilers.models import ReconcileRecord
+
+    operator.start_watcher(RATE_LIMITED)
+    operator.start_worker(concurrency=4, pool="threads")
+    group = RATE_LIMITED.partition(".")[2]
+    names = [f"limited-{i}" for i in range(8)]
+    for name in names:
+        create(kube, operator.namespace, name, group=group, value=name)
+    wait_for(lambda: converged(kube, operator.namespace, names, group), 90,
+             "the rate-limited objects to converge")
+    starts = sorted(r.started_at.timestamp() for r in ReconcileRecord.objects.filter(
+        reconciler=RATE_LIMITED, namespace=operator.namespace, outcome="success"))
+    assert len(starts) >= len(names)
+    busiest = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
+    assert busiest <= 3, starts
+    assert starts[-1] - starts[0] >= (len(names) - 3) / 2, starts
