@@ -1,9 +1,11 @@
-"""``python -m bench [--quick] [--large] ...``: run the benchmarks and write the report.
+"""``python -m bench [--quick] [--large] ...``: run the benchmarks, keep the results, update the
+figures (``bench.figures``) in docs/benchmarks.md and README.md.
 
     make bench-quick   # N=200, 1 repetition, 5 s latency windows: a few minutes
     make bench         # N=1,000, 3 repetitions alternating implementations
     python -m bench --large            # also N=10,000 (cost curve, relist)
-    python -m bench --quick --scenarios converge --impls this-project,cr-default
+    python -m bench --quick --scenarios converge --impls this-project,cr-matched
+    python -m bench.figures            # the headline again, from every results file
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import config, report
-from .harness import SCENARIOS, Plan, Runner, write_results
+from . import config, figures, report, results
+from .harness import SCENARIOS, Plan, Runner
 from .impls import DEFAULT
 
 
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beat", action="store_true",
                         help="this project: a separate celery beat instead of the watcher "
                              "sending the periodic tasks (the large-install layout)")
-    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--no-doc", action="store_true",
+                        help="do not update docs/benchmarks.md and README.md")
     parser.add_argument("--out", default=str(config.BENCH / "results"),
                         help="where the result files go (experiments: somewhere scratch)")
     args = parser.parse_args(argv)
@@ -75,27 +78,34 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     command = " ".join(["python -m bench", *(shlex.quote(a) for a in argv)])
     started = dt.datetime.now(dt.timezone.utc)
+    # What the figures depend on, taken before the run: the tree can move during a long one
+    # (each implementation's run records the commit it started from too).
+    provenance = {"run_id": results.run_id(started), "project": results.project(),
+                  "arguments": argv, "environment": results.overrides()}
     t0 = time.monotonic()
     runner = Runner(plan)
     print(f"bench: mode {plan.mode}, N={plan.n}, reps={plan.reps}, scenarios {plan.scenarios}, "
           f"implementations {plan.impls}; scratch in {runner.cfg.work_dir}", flush=True)
     runner.prepare()
-    results = runner.run()
+    measured = runner.run()
     meta = {"command": command, "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "elapsed_seconds": time.monotonic() - t0, "plan": plan.as_dict(),
+            **provenance, "elapsed_seconds": time.monotonic() - t0, "plan": plan.as_dict(),
             "machine": config.machine(), "implementations": runner.describe(),
             "stack": {"kubernetes": "v1.35.4", "etcd": "v3.6.16",
                       "bench_database": runner.cfg.database_url.rsplit("/", 1)[-1],
                       "bench_redis": runner.cfg.redis_url}}
-    for path in write_results(results, meta, Path(args.out), started.date().isoformat()):
+    for path in results.write(measured, meta, Path(args.out)):
         print(f"wrote {path}")
-    body = report.markdown(results, meta)
+    body = report.markdown(measured, meta)
     if not args.no_doc:
         doc = config.REPO / "docs" / "benchmarks.md"
-        marker = {"quick": "quick", "full-large": "large"}.get(plan.mode, "full")
-        report.update_doc(doc, marker, body)
+        report.update_doc(doc, {"full": "full", "large": "large"}.get(
+            results.mode_of(plan.mode), "quick"), body)
         print(f"updated {doc.relative_to(config.REPO)}")
     print(body)
+    if not args.no_doc:
+        # The headline: medians over every full run of one version, from all results files.
+        figures.main([])
     print(f"bench: done in {time.monotonic() - t0:.0f}s")
     return 0
 

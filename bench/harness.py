@@ -1,6 +1,6 @@
 """The harness: for each scenario, each repetition, each implementation in turn (the order
 rotating between repetitions, so none always runs first or last), run it against the same
-local control plane, check it, measure it, stop it; then write the raw results and the report.
+local control plane, check it, measure it, stop it. ``bench.results`` writes what it returns.
 
 Implementation failures are recorded, not fatal: an implementation that fails the correctness
 check (or crashes) gets no figure, and the others still run.
@@ -8,11 +8,9 @@ check (or crashes) gets no figure, and the others still run.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import config, report, workload
 from .config import BenchConfig
@@ -207,20 +205,3 @@ class Runner:
 
     def describe(self) -> dict:
         return {impl.name: impl.describe() for impl in self.impls}
-
-
-def write_results(results: dict[str, list[dict]], meta: dict, out_dir: Path,
-                  date: str | None = None) -> list[Path]:
-    """``<out_dir>/<date>-<scenario>.json``; ``<date>-quick-<scenario>.json`` for quick runs and
-    ``<date>-large-<scenario>.json`` for ``--large`` ones, so no run overwrites another kind."""
-    date = date or dt.date.today().isoformat()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kind = {"quick": "quick-", "full-large": "large-"}.get(meta["plan"]["mode"], "")
-    prefix = f"{date}-{kind}"
-    paths = []
-    for scenario, runs in results.items():
-        path = out_dir / f"{prefix}{scenario}.json"
-        path.write_text(config.dump({"scenario": scenario, **meta, "runs": runs,
-                                     "summary": report.summarize(scenario, runs)}) + "\n")
-        paths.append(path)
-    return paths

@@ -20,6 +20,7 @@ CONVERGE_KEYS = {
     "impl", "n", "rep", "ok", "check", "loader", "reconciles", "cpu_seconds", "wall_seconds",
     "api_requests", "api_writes", "impl_writes", "writes_per_object", "cpu_ms_per_object",
     "operator_rss_peak_kb", "operator_memory_after", "converge_seconds", "objects_per_second",
+    "footprint_rss_peak_kb", "footprint_memory_after",
 }
 
 
@@ -42,11 +43,10 @@ def bench_runner(stack, tmp_path):
 
 
 def test_this_project_converges_and_reports_every_figure(bench_runner, tmp_path):
-    from bench import report
-    from bench.harness import write_results
+    from bench import report, results
 
-    results = bench_runner.run()
-    (run,) = results["converge"]
+    measured = bench_runner.run()
+    (run,) = measured["converge"]
     assert run.get("ok"), run.get("error") or run.get("check")
     assert run["check"] == {"ok": True, "objects": 21, "expected": 21, "wrong": [],
                             "wrong_count": 0}  # 20 items + the canary
@@ -55,18 +55,27 @@ def test_this_project_converges_and_reports_every_figure(bench_runner, tmp_path)
     assert run["api_requests"].get("PATCH/status", 0) >= 20
     assert run["objects_per_second"] > 0
     assert run["cpu_ms_per_object"]["operator"] > 0
+    # The whole footprint: the operator's processes plus all of PostgreSQL and Redis.
+    cpu = run["cpu_ms_per_object"]
+    assert cpu["whole footprint"] >= cpu["operator"]
+    memory, footprint = run["operator_memory_after"], run["footprint_memory_after"]
+    assert footprint["processes"] > memory["processes"]
+    assert footprint["pss_kb"] > memory["pss_kb"] > 0
+    assert run["footprint_rss_peak_kb"] >= run["operator_rss_peak_kb"] > 0
 
-    meta = {"command": "test", "started_at": "now", "elapsed_seconds": 1.0,
+    meta = {"command": "test", "started_at": "now", "run_id": "2000-01-01T000000Z",
+            "elapsed_seconds": 1.0,
             "plan": bench_runner.plan.as_dict(), "machine": {"cpus": 2, "cpu_model": "x",
                                                              "memory_gib": 1,
                                                              "loadavg_at_start": [0, 0, 0]},
             "implementations": bench_runner.describe()}
-    (path,) = write_results(results, meta, tmp_path / "results", "2000-01-01")
-    assert path.name == "2000-01-01-quick-converge.json"
-    summary = report.summarize("converge", results["converge"])
+    (path,) = results.write(measured, meta, tmp_path / "results")
+    assert path.name == "2000-01-01T000000Z-quick-converge.json"
+    summary = report.summarize("converge", measured["converge"])
     assert summary["this-project"]["passed"] == 1
     assert "objects/s" in summary["this-project"]["figures"]
-    assert "| objects/s (obj/s) |" in report.markdown(results, meta)
+    assert "whole footprint CPU per object" in summary["this-project"]["figures"]
+    assert "| objects/s (obj/s) |" in report.markdown(measured, meta)
 
 
 def test_benchitems_outside_bench_namespaces_stop_the_harness(stack, tmp_path):

@@ -1,0 +1,74 @@
+"""Results files: every run kept as its own file, with what its figures depend on.
+
+Pure logic on a temporary directory; no service is needed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from bench import results
+
+
+def meta(run_id: str = "2030-01-01T000000Z", mode: str = "full", **extra) -> dict:
+    return {"run_id": run_id, "started_at": "2030-01-01 00:00 UTC", "plan": {"mode": mode},
+            "project": {"version": "1.0.0", "commit": "abc", "uncommitted": []}, **extra}
+
+
+def test_a_run_is_named_by_its_utc_start_mode_and_scenario(tmp_path):
+    started = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    paths = results.write({"converge": [], "relist": []},
+                          meta(results.run_id(started), "full-large"), tmp_path)
+    assert [p.name for p in paths] == ["2030-01-02T030405Z-large-converge.json",
+                                       "2030-01-02T030405Z-large-relist.json"]
+    body = json.loads(paths[0].read_text())
+    assert (body["format"], body["mode"], body["project"]["version"]) == (2, "large", "1.0.0")
+
+
+def test_an_earlier_run_is_never_overwritten(tmp_path):
+    results.write({"converge": []}, meta(), tmp_path)
+    with pytest.raises(FileExistsError):
+        results.write({"converge": []}, meta(), tmp_path)
+
+
+def test_every_override_in_force_is_recorded_and_secrets_are_masked():
+    env = {"BENCH_EXPERIMENT_METRICS_OFF": "1", "BENCH_EXPERIMENT_RECONCILERS_X": "2",
+           "RECONCILERS_LEASE_SECONDS": "30", "CELERY_WORKER_PREFETCH_MULTIPLIER": "4",
+           "GOMAXPROCS": "1", "BENCH_DATABASE_URL": "postgres://op:hunter2@127.0.0.1:5432/b",
+           "BENCH_ADMIN_TOKEN": "t0ken", "HOME": "/root", "PATH": "/bin"}
+    assert results.overrides(env) == {
+        "BENCH_ADMIN_TOKEN": "***",
+        "BENCH_DATABASE_URL": "postgres://op:***@127.0.0.1:5432/b",
+        "BENCH_EXPERIMENT_METRICS_OFF": "1", "BENCH_EXPERIMENT_RECONCILERS_X": "2",
+        "CELERY_WORKER_PREFETCH_MULTIPLIER": "4", "GOMAXPROCS": "1",
+        "RECONCILERS_LEASE_SECONDS": "30"}
+
+
+def test_the_files_of_one_run_are_read_back_as_one_run(tmp_path):
+    results.write({"converge": [{"impl": "a"}], "latency": [{"impl": "b"}]},
+                  meta(environment={"BENCH_EXPERIMENT_X": "1"}), tmp_path)
+    results.write({"converge": []}, meta("2030-01-01T000100Z", "quick"), tmp_path)
+    first, second = results.load_dir(tmp_path)
+    assert set(first.scenarios) == {"converge", "latency"}
+    assert (first.version, first.mode, first.environment) == ("1.0.0", "full",
+                                                               {"BENCH_EXPERIMENT_X": "1"})
+    assert second.mode == "quick"
+
+
+def test_files_from_before_the_format_are_read_as_runs_of_no_version(tmp_path):
+    old = {"scenario": "converge", "command": "python -m bench", "plan": {"mode": "full-large"},
+           "started_at": "2026-12-04 12:45 UTC", "runs": [], "summary": {}}
+    (tmp_path / "2026-12-04-large-converge.json").write_text(json.dumps(old))
+    (tmp_path / "2026-12-04-large-relist.json").write_text(
+        json.dumps({**old, "scenario": "relist"}))
+    (run,) = results.load_dir(tmp_path)
+    assert (run.version, run.mode, set(run.scenarios)) == (None, "large", {"converge", "relist"})
+
+
+def test_the_project_version_and_commit_are_recorded():
+    project = results.project()
+    assert project["version"] and len(project["commit"]) == 40
+    assert isinstance(project["uncommitted"], list)
