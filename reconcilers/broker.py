@@ -95,11 +95,11 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
 
 def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
     """The work queue's sender for several keys of one reconciler: one message, unless the
-    reconciler has a ``rate_limit`` (Celery's token bucket counts messages, so each key keeps
-    its own) or is not registered here."""
+    reconciler has a rate limit (the buckets count messages, so each key keeps its own) or is
+    not registered here."""
     name = dispatches[0].key.reconciler
     cls = registry.get_class(name) if name in registry else None
-    if cls is None or cls.rate_limit:
+    if cls is None or cls.rate_limit or cls.shared_rate_limit:
         for d in dispatches:
             publish(d, workqueue.task_id(d.key, d.token))
         return

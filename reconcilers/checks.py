@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings as django_settings
 from django.core.checks import Error, Warning, register
 
-from . import broker
+from . import broker, ratelimit
 from .conf import settings
 from .registry import registry
 
@@ -87,11 +87,14 @@ def check_reconcilers(app_configs, **kwargs):
                 f"{cls.__qualname__}.debounce={debounce!r} must be a number of seconds from 0 "
                 f"to RECONCILERS_MAX_COUNTDOWN ({settings().max_countdown:g})",
                 obj=cls, id="reconcilers.E012"))
-        if cls.rate_limit is not None:
-            import re
-
-            if not re.fullmatch(r"\d+(\.\d+)?/[smh]", str(cls.rate_limit)):
+        for attr in ("rate_limit", "shared_rate_limit"):
+            rate = getattr(cls, attr)
+            if rate is None:
+                continue
+            try:
+                ratelimit.per_second(rate)
+            except ValueError:
                 errors.append(Error(
-                    f"{cls.__qualname__}.rate_limit={cls.rate_limit!r} is not a Celery rate "
+                    f"{cls.__qualname__}.{attr}={rate!r} is not a Celery rate "
                     "(e.g. '10/s', '100/m')", obj=cls, id="reconcilers.E011"))
     return errors

@@ -35,6 +35,8 @@ class Reconciler:
         resync_period: seconds between periodic re-reconciles of every object (None: the
             ``RECONCILERS_RESYNC_PERIOD`` default; 0: never).
         rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
+        shared_rate_limit: the same notation, across every worker (one token bucket in Redis,
+            as client-go's per controller; ``ratelimit``).
         queue: Celery queue of this reconciler's task (default ``celery``).
         backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
         debounce: seconds to gather changes before a re-run (default 0: at once). The first
@@ -61,6 +63,7 @@ class Reconciler:
     finalizer: ClassVar[str | None] = None
     resync_period: ClassVar[float | None] = None
     rate_limit: ClassVar[str | None] = None
+    shared_rate_limit: ClassVar[str | None] = None
     queue: ClassVar[str | None] = None
     backoff_base: ClassVar[float | None] = None
     backoff_max: ClassVar[float | None] = None

@@ -27,9 +27,10 @@ from django import db
 from django.apps import apps
 
 from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
-               resync as resyncs, runner, runpool, workqueue)
+               ratelimit, resync as resyncs, runner, runpool, workqueue)
 from .conf import RunLimits, process_setting
 from .registry import NotRegistered, registry
+from .vocab import Key
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,9 @@ def _make_task(reconciler: str) -> Task:
     try:
         cls = registry.get_class(reconciler)
         rate_limit, limits = cls.rate_limit, RunLimits.of(cls.timeout)
+        shared_rate = cls.shared_rate_limit
     except NotRegistered:
-        rate_limit, limits = None, RunLimits.of(None)
+        rate_limit, limits, shared_rate = None, RunLimits.of(None), None
 
     # The run deadline, enforced by the prefork pool (by ``deadlines`` in the thread pool):
     # SoftTimeLimitExceeded is raised in user code at ``soft``; the process running it is
@@ -55,6 +57,10 @@ def _make_task(reconciler: str) -> Task:
         if keys:  # a message carrying several keys (``workqueue.messages``)
             reports = runner.run_many([(k, int(t)) for k, t in keys], worker=worker)
             return ",".join("dropped" if r.dropped else r.outcome for r in reports)
+        if shared_rate and (wait := ratelimit.take(reconciler, shared_rate)):
+            # Not this message's turn across the workers: the key comes back when it is.
+            workqueue.send([workqueue.Dispatch(Key.parse(key), int(token), countdown=wait)])
+            return "rate-limited"
         return _run_alone(key, token, worker, self.request.id or "")
 
     return reconcile_key

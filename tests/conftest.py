@@ -243,7 +243,7 @@ def probe_crds(kube):
         crds.apply_manifest(kube, path)
     return ["probes.test.operator.local", "probes.finalizing.operator.local",
             "probes.deadline.operator.local", "probes.configured.operator.local",
-            "probes.ratelimited.operator.local"]
+            "probes.ratelimited.operator.local", "probes.sharedrate.operator.local"]
 
 
 @dataclass

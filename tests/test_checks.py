@@ -66,3 +66,14 @@ def test_the_watcher_refuses_to_start_on_a_failed_check():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "reconcilers.E002" in proc.stderr and "RECONCILERS_REDISPATCH_AFTER" in proc.stderr
+
+
+def test_a_rate_limit_that_is_not_a_celery_rate_is_refused(monkeypatch):
+    from reconcilers.checks import check_reconcilers
+    from reconcilers.registry import registry
+
+    cls = next(iter(registry))
+    assert check_reconcilers(None) == []
+    monkeypatch.setattr(cls, "shared_rate_limit", "ten a second")
+    monkeypatch.setattr(cls, "rate_limit", "0/s")
+    assert [e.id for e in check_reconcilers(None)] == ["reconcilers.E011"] * 2

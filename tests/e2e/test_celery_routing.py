@@ -52,3 +52,30 @@ def test_a_reconcilers_rate_limit_spaces_its_runs_on_real_workers(kube, operator
     busiest = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
     assert busiest <= 3, starts
     assert starts[-1] - starts[0] >= (len(names) - 3) / 2, starts
+
+
+SHARED = "probes.sharedrate.operator.local"
+
+
+def test_a_shared_rate_limit_holds_across_workers(kube, operator):
+    """``shared_rate_limit = "2/s"``: one bucket for every worker, as client-go's per
+    controller - two worker processes together still start at most three runs in any second
+    (Celery's per-worker ``rate_limit`` would let each of them run two)."""
+    from reconcilers.models import ReconcileRecord
+
+    operator.start_watcher(SHARED)
+    operator.start_worker(concurrency=4, pool="threads")
+    operator.start_worker(concurrency=4, pool="threads")
+    group = SHARED.partition(".")[2]
+    names = [f"shared-{i}" for i in range(10)]
+    for name in names:
+        create(kube, operator.namespace, name, group=group, value=name)
+    wait_for(lambda: converged(kube, operator.namespace, names, group), 90,
+             "the objects under a shared limit to converge")
+    runs = ReconcileRecord.objects.filter(reconciler=SHARED, namespace=operator.namespace)
+    assert sorted(r.outcome for r in runs) == ["success"] * len(names)  # nothing recorded twice
+    starts = sorted(r.started_at.timestamp() for r in runs)
+    busiest = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
+    assert busiest <= 3, starts
+    assert starts[-1] - starts[0] >= (len(names) - 3) / 2, starts
+    assert len({r.worker.split(":")[0] for r in runs}) == 2  # both workers took part

@@ -104,6 +104,14 @@ class RateLimitedProbeReconciler(ProbeReconciler):
     rate_limit = "2/s"
 
 
+@register
+class SharedRateProbeReconciler(ProbeReconciler):
+    """The probe under one bucket for every worker: at most two runs a second in all."""
+
+    group = "sharedrate.operator.local"
+    shared_rate_limit = "2/s"
+
+
 def _config_users(cm: dict) -> list[str]:
     name = cm["metadata"]["name"]
     return [name[: -len("-config")]] if name.endswith("-config") else []
