@@ -13,7 +13,7 @@ INSTALLED_APPS.append("bench.benchapp")
 OPERATOR_SAMPLES = False
 
 # Experiment knobs, off by default so the benchmark measures the project as configured. Each
-# one exists to measure a proposed change (docs/benchmarks.md, "What dominates"); the harness
+# one exists to measure a proposed change (bench/results/history.md); the harness
 # passes every BENCH_EXPERIMENT_* variable of its environment to this project's processes:
 #   BENCH_EXPERIMENT_DB_REUSE_MAX=0      close database connections around every Celery task
 #                                        (the behaviour before CELERY_DB_REUSE_MAX was set)

@@ -37,6 +37,8 @@ def _settings_env(cfg) -> dict[str, str]:
         "SECRET_KEY": "bench-only-not-secret",
         "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),  # INFO to debug a run
         "OPERATOR_SAMPLES": "0",
+        # As compose and deploy/ run the watcher and the workers: without the admin's apps.
+        "OPERATOR_SERVES_PAGES": "0",
         # A Lease of its own per bench database, so neither a dev watcher nor another bench
         # run (the smoke test's) competes with this one for leadership.
         "RECONCILERS_LEASE_NAME": "bench-" + urlsplit(cfg.database_url).path.lstrip("/")
