@@ -6,6 +6,13 @@ client (``api_client()``), makes calls through ``request`` / ``get_or_none``, an
 ``temporary`` (retry with backoff, honouring Retry-After); other 4xx are ``permanent`` (the
 request can never succeed as it is). Paths come from ``GVR.path`` and the well-known
 resources below, never from string building elsewhere.
+
+Calls go over urllib3, through the pool manager the official client builds from its
+configuration (CA, client certificate, hostname checks, proxy, pool size): the client's TLS
+settings and kept-alive connections, without ``ApiClient.call_api``'s generic layers (parameter
+sanitising, model (de)serialisation) that a JSON body does not need. Credentials are asked of
+the configuration per request, where its refresh hook runs (docs/architecture.md, "What the
+plumbing costs").
 """
 
 from __future__ import annotations
@@ -13,21 +20,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from functools import partial
 from typing import Any, Iterator
+from urllib.parse import urlencode
 
 import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
-from . import kubeimport
-
-kubeimport.defer_generated_classes()  # before the first ``import kubernetes``: see there
-
-from kubernetes import client, config  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-
-from . import transport  # noqa: E402
-from .once import per_process  # noqa: E402
-from .vocab import GVR  # noqa: E402
+from .once import per_process
+from .vocab import GVR
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -45,32 +46,16 @@ CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomRes
 # A server may ask for any Retry-After; past this it is a misconfiguration, not advice.
 MAX_RETRY_AFTER = 600.0
 
-class ApiClient(client.ApiClient):
-    """The official client, with this project's transport beside it (``transport.py``) for the
-    calls that return one body; ``None`` where only the official path will do."""
+# A kept-alive connection may be closed by the server (or a load balancer) just as a request
+# goes out. urllib3 replaces one found closed while idle; a call that fails in that instant
+# (its connection broken, its answer cut off or timed out) is made once more on a new
+# connection if its method is idempotent (urllib3's default set). Any other call is never
+# made twice - the server may have received it: it fails as a temporary error and the run
+# retries its key. A refused connection and an HTTP status are not retried here: backoff and
+# Retry-After are the caller's to apply.
+RETRY = urllib3.Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False)
 
-    def __init__(self, configuration: client.Configuration | None = None):
-        super().__init__(configuration)
-        self.transport = transport.Transport.of(
-            self.configuration, self.default_headers,
-            partial(_credentials, self.configuration)) if _lean() else None
-
-    def close(self) -> None:
-        lean = getattr(self, "transport", None)  # absent if __init__ failed
-        if lean is not None:
-            lean.close()
-        super().close()
-
-
-def _lean() -> bool:
-    """``RECONCILERS_LEAN_TRANSPORT``; on where no Django settings are configured (scripts)."""
-    from django.conf import settings as django_settings
-
-    if not django_settings.configured:
-        return True
-    from .conf import settings
-
-    return settings().lean_transport
+ApiClient = client.ApiClient  # the official client: what ``api_client()`` returns
 
 
 def _credentials(configuration: client.Configuration) -> dict[str, str]:
@@ -98,9 +83,9 @@ class ApiError(ApiException):
                        headers.get("Retry-After"))
 
     @classmethod
-    def from_response(cls, response: transport.Response) -> "ApiError":
-        return cls._of(response.status, response.reason, response.body, response.headers,
-                       response.headers.get("retry-after"))
+    def from_response(cls, response: urllib3.BaseHTTPResponse) -> "ApiError":
+        return cls._of(response.status, response.reason or "", response.data, response.headers,
+                       response.headers.get("Retry-After"))
 
     @classmethod
     def _of(cls, status: int, reason: str, body: Any, headers: Any,
@@ -188,29 +173,49 @@ def new_api_client() -> ApiClient:
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
             query: dict | None = None, content_type: str = JSON,
             timeout: float | tuple[float, float] | None = 30, stream: bool = False,
-            accept: str = JSON):
+            accept: str = JSON) -> Any:
     """One HTTP call to the api-server with the client's auth; returns the parsed JSON body.
 
     Raises ``ApiError`` for a non-2xx answer, and one of status 0 (temporary) when there was
     no answer. The response is parsed once, by us: the generated client would deserialize it
     into model objects (and, for custom resources, parse it again). With ``stream=True`` the
-    raw urllib3 response is returned for the caller to read line by line (watch).
-    ``accept``: another representation, e.g. ``METADATA_LIST``.
+    urllib3 response is returned unread, for the caller to read line by line (watch) and then
+    ``release_conn()``. ``timeout``: seconds for connecting and for each read, or a
+    ``(connect, read)`` pair. ``accept``: another representation, e.g. ``METADATA_LIST``.
     """
-    lean = None if stream else getattr(api, "transport", None)
-    if lean is None:
-        return _official_request(api, method, path, body, query, content_type, timeout, stream,
-                                 accept)
+    configuration = api.configuration
+    # Credentials first: the kubeconfig loader's refresh hook also sets the host back.
+    headers = {**api.default_headers, "Accept": accept, "Content-Type": content_type,
+               **_credentials(configuration)}
+    url = configuration.host + path
+    if query:
+        url += "?" + urlencode(list(query.items()))
     try:
-        response = lean.request(method, path, query=list(query.items()) if query else None,
-                                headers={"Accept": accept, "Content-Type": content_type},
-                                body=None if body is None else _encode(api, body),
-                                timeout=timeout)
-    except transport.ConnectionFailed as exc:
-        raise ApiError(0, "ConnectionFailed", str(exc)) from exc
+        response = api.rest_client.pool_manager.urlopen(
+            method, url, body=None if body is None else _encode(api, body), headers=headers,
+            retries=RETRY if method in RETRY.allowed_methods else False, redirect=False,
+            preload_content=not stream, timeout=_timeout(timeout))
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(0, "ConnectionFailed", f"{method} {path}: {_cause(exc)}") from exc
     if not 200 <= response.status < 300:
-        raise ApiError.from_response(response)
-    return json.loads(response.body) if response.body else {}
+        error = ApiError.from_response(response)
+        response.release_conn()
+        raise error
+    if stream:
+        return response
+    return json.loads(response.data) if response.data else {}
+
+
+def _timeout(timeout: float | tuple[float, float] | None) -> urllib3.Timeout | float | None:
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return timeout
+
+
+def _cause(exc: Exception) -> Exception:
+    """What went wrong, without urllib3's retry wrapper around it."""
+    return exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason \
+        else exc
 
 
 def _encode(api: client.ApiClient, body: Any) -> bytes:
@@ -221,36 +226,6 @@ def _encode(api: client.ApiClient, body: Any) -> bytes:
     # Model objects and datetimes as the official client serialises them.
     return json.dumps(body, separators=(",", ":"),
                       default=api.sanitize_for_serialization).encode()
-
-
-def _official_request(api: client.ApiClient, method: str, path: str, body: Any,
-                      query: dict | None, content_type: str,
-                      timeout: float | tuple[float, float] | None, stream: bool, accept: str):
-    headers = {"Accept": accept, "Content-Type": content_type}
-    try:
-        resp = api.call_api(
-            path, method,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout,
-        )
-        if stream:
-            return resp
-        try:
-            data = resp.data
-        finally:
-            resp.release_conn()
-    except ApiError:
-        raise
-    except ApiException as exc:
-        raise ApiError.from_exception(exc) from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise ApiError(0, "ConnectionFailed", f"{method} {path}: {exc}") from exc
-    return json.loads(data) if data else {}
 
 
 def watch_events(resp, *until) -> Iterator[dict]:
