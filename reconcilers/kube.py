@@ -46,14 +46,27 @@ CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomRes
 # A server may ask for any Retry-After; past this it is a misconfiguration, not advice.
 MAX_RETRY_AFTER = 600.0
 
+
+class _Retry(urllib3.Retry):
+    """urllib3's ``Retry``, except that a read that timed out is not tried again: a caller's
+    timeout bounds its whole call (a leader's renewal must end inside its renew deadline)."""
+
+    def increment(self, method: str | None = None, url: str | None = None,
+                  response: Any = None, error: Exception | None = None, _pool: Any = None,
+                  _stacktrace: Any = None) -> urllib3.Retry:
+        if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+            raise error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 # A kept-alive connection may be closed by the server (or a load balancer) just as a request
 # goes out. urllib3 replaces one found closed while idle; a call that fails in that instant
-# (its connection broken, its answer cut off or timed out) is made once more on a new
-# connection if its method is idempotent (urllib3's default set). Any other call is never
-# made twice - the server may have received it: it fails as a temporary error and the run
-# retries its key. A refused connection and an HTTP status are not retried here: backoff and
-# Retry-After are the caller's to apply.
-RETRY = urllib3.Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False)
+# (its connection broken, its answer cut off) is made once more on a new connection if its
+# method is idempotent (urllib3's default set). Any other call is never made twice - the
+# server may have received it: it fails as a temporary error and the run retries its key. A
+# refused connection, a timeout and an HTTP status are not retried here: backoff, deadlines
+# and Retry-After are the caller's.
+RETRY = _Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False)
 
 ApiClient = client.ApiClient  # the official client: what ``api_client()`` returns
 

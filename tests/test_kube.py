@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 import urllib3
@@ -212,6 +213,22 @@ def test_an_unreachable_api_server_is_a_temporary_error(api, connects):
     assert len(connects) == 1
 
 
+def test_a_call_whose_answer_never_comes_fails_after_its_timeout_once(api):
+    """A caller's timeout bounds the whole call - a leader's renewal must end inside its
+    deadline - so a GET that timed out is not made again."""
+    silent = _Silent()
+    try:
+        started = time.monotonic()
+        with pytest.raises(kube.ApiError) as err:
+            kube.version(_client(api, host=f"https://127.0.0.1:{silent.port}",
+                                 refresh_api_key_hook=None), timeout=0.5)
+        assert time.monotonic() - started < 1.5
+        assert err.value.status == 0 and "timed out" in err.value.message
+        assert silent.accepted == 1
+    finally:
+        silent.close()
+
+
 def test_the_token_is_asked_for_on_every_call(api):
     """In-cluster tokens rotate and exec plugins refresh theirs: the configuration's refresh
     hook runs before each request, as it does on the official client's generated APIs."""
@@ -306,6 +323,32 @@ def test_a_configured_proxy_is_used(api, stack):
 
 def _pool(api: kube.ApiClient) -> urllib3.HTTPConnectionPool:
     return api.rest_client.pool_manager.connection_from_url(api.configuration.host)
+
+
+class _Silent:
+    """A server that accepts connections and never says a word."""
+
+    def __init__(self):
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self._held.append(self._listener.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._listener.close()
+        for s in self._held:
+            s.close()
 
 
 class _ConnectProxy:
