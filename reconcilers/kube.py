@@ -65,8 +65,10 @@ class _Retry(urllib3.Retry):
 # method is idempotent (urllib3's default set). Any other call is never made twice - the
 # server may have received it: it fails as a temporary error and the run retries its key. A
 # refused connection, a timeout and an HTTP status are not retried here: backoff, deadlines
-# and Retry-After are the caller's.
-RETRY = _Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False)
+# and Retry-After are the caller's (urllib3 would otherwise answer a 429 or 503 carrying
+# Retry-After itself, and report it as no answer at all).
+RETRY = _Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False,
+               respect_retry_after_header=False, raise_on_status=False)
 
 ApiClient = client.ApiClient  # the official client: what ``api_client()`` returns
 

@@ -213,6 +213,45 @@ def test_an_unreachable_api_server_is_a_temporary_error(api, connects):
     assert len(connects) == 1
 
 
+def test_a_busy_answer_with_retry_after_reaches_the_caller_as_such(api):
+    """429 (and 503) with Retry-After is the caller's to honour: an ``ApiError`` of that status
+    carrying the delay, answered once - not retried inside the HTTP client, nor turned into
+    "no answer"."""
+    import http.server
+    import json
+
+    calls = []
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            calls.append(self.path)
+            body = json.dumps({"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                               "message": "slow down"}).encode()
+            self.send_response(429)
+            self.send_header("Retry-After", "2")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        busy = _client(api, host=f"http://127.0.0.1:{server.server_address[1]}",
+                       refresh_api_key_hook=None)
+        with pytest.raises(kube.ApiError) as err:
+            kube.request(busy, "GET", "/api/v1/namespaces")
+        assert (err.value.status, err.value.retry_after) == (429, 2.0)
+        assert err.value.temporary and "slow down" in err.value.message
+        assert calls == ["/api/v1/namespaces"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_call_whose_answer_never_comes_fails_after_its_timeout_once(api):
     """A caller's timeout bounds the whole call - a leader's renewal must end inside its
     deadline - so a GET that timed out is not made again."""
@@ -232,14 +271,16 @@ def test_a_call_whose_answer_never_comes_fails_after_its_timeout_once(api):
 def test_the_token_is_asked_for_on_every_call(api):
     """In-cluster tokens rotate and exec plugins refresh theirs: the configuration's refresh
     hook runs before each request, as it does on the official client's generated APIs."""
-    token = api.configuration.api_key["authorization"]
-    stale = _client(api, api_key={"authorization": "Bearer not-a-token"},
-                    refresh_api_key_hook=None)
+    # The client's name for the bearer token ("authorization" before v37, "BearerToken" since).
+    (name,) = [n for n, s in api.configuration.auth_settings().items()
+               if s["key"] == "authorization"]
+    token = api.configuration.api_key[name]
+    stale = _client(api, api_key={name: "Bearer not-a-token"}, refresh_api_key_hook=None)
     with pytest.raises(kube.ApiError) as err:
         _whoami(stale)
     assert err.value.status == 401 and err.value.permanent
     stale.configuration.refresh_api_key_hook = \
-        lambda cfg: cfg.api_key.__setitem__("authorization", token)
+        lambda cfg: cfg.api_key.__setitem__(name, token)
     assert _whoami(stale) == "admin"
 
 
