@@ -53,7 +53,8 @@ class Settings:
                                    "message: one delivery and ack for all; each is still "
                                    "claimed, run (at once, up to the worker's concurrency) and "
                                    "recorded on its own. 1 = a message per key. A reconciler "
-                                   "with a `rate_limit` always gets one per key.")
+                                   "with a `rate_limit` or `shared_rate_limit` always gets one "
+                                   "per key.")
     enqueue_window: float = _s(0.02, "While events stream in (less than this many seconds "
                                      "apart), the watcher gathers keys this long before "
                                      "enqueuing them together (fewer, fuller messages); an "
@@ -62,11 +63,6 @@ class Settings:
                                          "database connection (server-side binding); off "
                                          "behind a connection pooler that cannot keep them "
                                          "(PgBouncer in transaction mode before 1.21).")
-    lean_transport: bool = _s(True, "Api-server calls answered with one body go over the "
-                                    "operator's own kept-alive connections "
-                                    "(`reconcilers.transport`, a fraction of the client CPU); "
-                                    "off: every call takes the Kubernetes client's urllib3 "
-                                    "path, as watches and clients behind a proxy always do.")
     watch_timeout_min: int = _s(300, "Shortest server-side watch timeout (seconds).")
     watch_timeout_max: int = _s(600, "Longest server-side watch timeout (seconds).")
     watch_inactivity: float = _s(90.0, "A watch silent this long (no event, no bookmark) is "
