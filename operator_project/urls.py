@@ -1,19 +1,23 @@
 """URLs: the admin at /admin/; liveness at /healthz, readiness at /readyz and Prometheus
-metrics at /metrics (reconcilers/health.py)."""
+metrics at /metrics (reconcilers/health.py). A process started without the admin's apps
+(``OPERATOR_SERVES_PAGES=0``: the watcher, the workers) has the health endpoints only."""
 
-from django.contrib import admin
+from django.conf import settings
 from django.urls import path
 
 from reconcilers import health
 
-# This project's admin: the operator panel on its index, and its name in the header.
-admin.site.index_template = "reconcilers/admin/index.html"
-admin.site.site_header = "django-crd-operator"
-admin.site.site_title = "Operator admin"
-
 urlpatterns = [
-    path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
 ]
+
+if settings.SERVES_PAGES:
+    from django.contrib import admin
+
+    # This project's admin: the operator panel on its index, and its name in the header.
+    admin.site.index_template = "reconcilers/admin/index.html"
+    admin.site.site_header = "django-crd-operator"
+    admin.site.site_title = "Operator admin"
+    urlpatterns.insert(0, path("admin/", admin.site.urls))

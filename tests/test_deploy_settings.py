@@ -180,3 +180,8 @@ def test_a_process_that_serves_no_pages_may_leave_the_web_apps_out():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "probes.test.operator.local" in result.stdout
+    # The system checks load the URLconf, as `migrate` and a Celery worker's start do: it
+    # must not name the admin that is not there.
+    check = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
