@@ -259,10 +259,9 @@ def test_printer_columns_are_served_as_a_table(kube, namespace, kitchen):
     meta = kitchen._meta
     create(kube, kitchen, namespace, "table", VALID)
     # What `kubectl get` asks for: the server renders the CRD's additionalPrinterColumns.
-    table = kube.call_api(
-        f"/apis/{meta.group}/v1/namespaces/{namespace}/{meta.plural}", "GET",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
+    table = kube_module.request(
+        kube, "GET", f"/apis/{meta.group}/v1/namespaces/{namespace}/{meta.plural}",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io")
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Size", "Ready", "Age"]
     assert table["rows"][0]["cells"][:2] == ["table", 3]
 
