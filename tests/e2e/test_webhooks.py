@@ -120,6 +120,16 @@ def _create(kube, namespace: str, body: dict, dry_run: bool = False) -> dict:
         GROUP, VERSION, namespace, PLURAL, body, dry_run="All" if dry_run else None)
 
 
+def _delete_gauges(kube) -> None:
+    from tests.operatorapp.resources import Gauge
+
+    extensions = client.ApiextensionsV1Api(kube)
+    extensions.delete_custom_resource_definition(Gauge._meta.crd_name)
+    wait_for(lambda: Gauge._meta.crd_name not in {
+        c.metadata.name for c in extensions.list_custom_resource_definition().items},
+        60, "the test CRD to go")
+
+
 def _until_registered(kube, namespace: str) -> None:
     """Webhook configurations reach the api-server's admission chain within a moment."""
     def mutated() -> bool:
@@ -239,11 +249,7 @@ def test_a_gauge_written_in_either_version_reads_back_in_both(kube, namespace, w
         assert sorted((o["metadata"]["name"], o["spec"]["scale"]["count"]) for o in listed) == [
             ("new", 7), ("old", 3)]
     finally:
-        client.ApiextensionsV1Api(kube).delete_custom_resource_definition(
-            Gauge._meta.crd_name)
-        wait_for(lambda: Gauge._meta.crd_name not in {
-            c.metadata.name for c in client.ApiextensionsV1Api(kube)
-            .list_custom_resource_definition().items}, 60, "the test CRD to go")
+        _delete_gauges(kube)
 
 
 def test_admission_judges_v1_writes_in_the_hub_version(kube, namespace, webhooks):
@@ -278,11 +284,7 @@ def test_admission_judges_v1_writes_in_the_hub_version(kube, namespace, webhooks
         assert err.value.status in (400, 422)
         assert "at most 10" in json.loads(err.value.body)["message"]
     finally:
-        client.ApiextensionsV1Api(kube).delete_custom_resource_definition(
-            Gauge._meta.crd_name)
-        wait_for(lambda: Gauge._meta.crd_name not in {
-            c.metadata.name for c in client.ApiextensionsV1Api(kube)
-            .list_custom_resource_definition().items}, 60, "the test CRD to go")
+        _delete_gauges(kube)
 
 
 def test_a_malformed_conversion_review_gets_a_400(webhooks):
