@@ -29,8 +29,9 @@ from . import config, report
 FORMAT = 2  # 1: the daily files before it (no "format" key)
 OVERRIDE_PREFIXES = ("BENCH_", "RECONCILERS_", "CELERY_", "GOMAXPROCS")
 # The sources a measured run executes: uncommitted changes here make a run differ from its commit.
+# What a run measures: its results (and the history beside them) are not part of it.
 MEASURED_PATHS = ("reconcilers", "operator_project", "migrations", "manage.py", "bench",
-                  "pyproject.toml")
+                  "pyproject.toml", ":(exclude)bench/results")
 _SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN")
 _MODES = {"full-large": "large"}  # the plan's mode -> the file name's
 
