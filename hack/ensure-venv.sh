@@ -8,8 +8,8 @@ python="${PYTHON:-python3}"
 stamp=".venv/.lock-$(sha256sum requirements-dev.lock | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "Python 3.10+ is required (Django 5.2 LTS); found $("$python" --version)" >&2
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Python 3.11+ is required (what CI runs); found $("$python" --version)" >&2
   exit 1
 fi
 if ! "$python" -m venv --help >/dev/null 2>&1 || ! "$python" -c 'import ensurepip' 2>/dev/null; then

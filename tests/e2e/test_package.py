@@ -3,14 +3,20 @@ their own (``django-admin startproject``) with a custom user model and their own
 
 from __future__ import annotations
 
+import ast
+import email
 import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
 
@@ -45,6 +51,106 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_project(wheel):
     assert not [n for n in names if "tests/" in n or "conftest" in n or "operator_project" in n]
 
 
+def _metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.message_from_bytes(z.read(name))
+
+
+def _requires(metadata: email.message.Message) -> list[Requirement]:
+    return [Requirement(r) for r in metadata.get_all("Requires-Dist")]
+
+
+def test_the_wheel_names_its_license_and_carries_the_text(wheel):
+    metadata = _metadata(wheel)
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert "LICENSE" in metadata.get_all("License-File")
+    with zipfile.ZipFile(wheel) as z:
+        (text,) = [z.read(n).decode() for n in z.namelist()
+                   if n.endswith(".dist-info/licenses/LICENSE")]
+    assert text == (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    for field in ("Summary", "Author", "Keywords", "Description-Content-Type"):
+        assert metadata[field], field
+
+
+def _imports(wheel: Path) -> dict[str, bool]:
+    """Top-level module -> whether the wheel's code needs it to load (False: imported only
+    inside functions or under ``try: ... except ImportError``, an optional dependency's
+    patterns)."""
+    found: dict[str, bool] = {}
+
+    def optional(node: ast.AST) -> bool:
+        return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or (
+            isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError",
+                                                                "ModuleNotFoundError")
+                for h in node.handlers))
+
+    def visit(node: ast.AST, eager: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            names = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and not child.level and child.module:
+                names = [child.module]
+            for name in names:
+                top = name.split(".")[0]
+                found[top] = found.get(top, False) or eager
+            visit(child, eager and not optional(child))
+
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.endswith(".py"):
+                visit(ast.parse(z.read(name), name), True)
+    return {m: eager for m, eager in found.items()
+            if m not in sys.stdlib_module_names and m != "reconcilers"}
+
+
+def test_every_module_the_code_imports_is_a_declared_dependency(wheel):
+    """What the code needs to load comes from an unconditional Requires-Dist; an optional
+    import (pytest in reconcilers.testing) may come from an extra. The module ->
+    distribution map is the one of this venv, where every dependency is installed."""
+    requires = _requires(_metadata(wheel))
+    declared = {canonicalize_name(r.name) for r in requires}
+    always = {canonicalize_name(r.name) for r in requires if r.marker is None}
+    provides = packages_distributions()
+    imports = _imports(wheel)
+    assert {"redis", "urllib3", "kubernetes", "django", "celery"} <= imports.keys()
+    for module, eager in sorted(imports.items()):
+        assert module in provides, f"{module}: imported, but no installed distribution has it"
+        dists = {canonicalize_name(d) for d in provides[module]}
+        assert dists & (always if eager else declared), \
+            f"{module} (from {sorted(dists)}) is imported but not declared in pyproject.toml"
+
+
+def test_psycopg_is_a_plain_dependency_with_the_binary_build_an_extra(wheel):
+    requires = _requires(_metadata(wheel))
+    (psycopg,) = [r for r in requires if r.name == "psycopg" and r.marker is None]
+    assert not psycopg.extras
+    (binary,) = [r for r in requires
+                 if r.marker is not None and r.marker.evaluate({"extra": "binary"})
+                 and not r.marker.evaluate({"extra": ""})]
+    assert binary.name == "psycopg" and binary.extras == {"binary"}
+    assert "binary" in _metadata(wheel).get_all("Provides-Extra")
+    # This repository's own installs keep the prebuilt build (no libpq needed in the image).
+    assert "psycopg[binary]==" in (REPO / "requirements.in").read_text()
+
+
+def test_requires_python_is_what_ci_runs(wheel):
+    """CI runs Python 3.11 (the image's python:3.11-slim); nothing older is claimed."""
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(_metadata(wheel)["Requires-Python"])
+    assert "3.11.2" in spec and "3.11.7" in spec  # bookworm's and this venv's
+    assert "3.10.14" not in spec
+    classifiers = _metadata(wheel).get_all("Classifier")
+    assert [c for c in classifiers if c.startswith("Programming Language :: Python :: 3.")] == [
+        "Programming Language :: Python :: 3.11"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == str(spec)
+
+
 def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, stack, kube,
                                                                 namespace):
     """Install, migrate, check - then the watcher and a worker from that project's own
@@ -53,7 +159,7 @@ def test_a_project_of_ones_own_installs_and_runs_the_operator(wheel, tmp_path, s
     _run([sys.executable, "-m", "venv", venv], tmp_path)
     python = venv / "bin" / "python"
     _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-          f"{wheel}[test]"], tmp_path, timeout=900)
+          f"{wheel}[binary,test]"], tmp_path, timeout=900)
     _run([venv / "bin" / "django-admin", "startproject", "mysite", "."], tmp_path)
     accounts = tmp_path / "accounts"
     accounts.mkdir()
