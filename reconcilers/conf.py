@@ -55,10 +55,11 @@ class Settings:
                                    "recorded on its own. 1 = a message per key. A reconciler "
                                    "with a `rate_limit` or `shared_rate_limit` always gets one "
                                    "per key.")
-    enqueue_window: float = _s(0.02, "While events stream in (less than this many seconds "
-                                     "apart), the watcher gathers keys this long before "
-                                     "enqueuing them together (fewer, fuller messages); an "
-                                     "isolated event is enqueued at once. 0 = never wait.")
+    enqueue_window: float = _s(0.02, "When keys arrive faster than the watcher enqueues them "
+                                     "(some came in while it wrote the last batch), it "
+                                     "gathers this many seconds before the next batch (fewer, "
+                                     "fuller messages); a key that finds it idle is enqueued "
+                                     "at once. 0 = never wait.")
     prepared_statements: bool = _s(True, "The work queue's statements are prepared once per "
                                          "database connection (server-side binding); off "
                                          "behind a connection pooler that cannot keep them "

@@ -8,14 +8,15 @@ is three parts with one job each:
 - a ``StreamStatus`` records what the admin's "watch streams" page shows.
 
 Keys go through one ``Enqueuer`` thread that drains everything waiting into a few batched
-statements: a relist of 10,000 objects costs a handful of round trips, not 10,000. While events
-stream in, it gathers for ``RECONCILERS_ENQUEUE_WINDOW`` first, so they batch too.
+statements: a relist of 10,000 objects costs a handful of round trips, not 10,000. When keys
+arrive faster than it enqueues them (some came in while the last batch was being written), it
+gathers for ``RECONCILERS_ENQUEUE_WINDOW`` first, so a stream batches too; a key that finds the
+enqueuer idle goes at once, so a steady trickle pays no window.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
@@ -53,8 +54,10 @@ class Enqueuer(threading.Thread):
         self.queue: queue.Queue = queue.Queue()
         self.stop_event = stop
         self.batches = 0
+        self.puts = 0  # keys put so far: tells whether more came in while a batch was written
 
     def put(self, key: Key, trigger: str) -> None:
+        self.puts += 1
         self.queue.put((key, trigger))
 
     def stop(self) -> None:
@@ -76,7 +79,7 @@ class Enqueuer(threading.Thread):
             connection.close()  # this thread's own database connection
 
     def _drain_until_stopped(self) -> None:
-        window, last = settings().enqueue_window, -math.inf
+        window, outrun = settings().enqueue_window, False
         while not self.stop_event.is_set() or not self.queue.empty():
             try:
                 first = self.queue.get(timeout=0.05)
@@ -84,9 +87,10 @@ class Enqueuer(threading.Thread):
                 continue
             if first is _WAKE:
                 continue
-            # An event soon after the last flush means events are streaming in: gather a
-            # moment, so their keys share statements and messages. An isolated one goes at once.
-            if time.monotonic() - last < window:
+            # Keys came in while the last batch was written: they arrive faster than one
+            # statement per batch keeps up with, so gather a moment and let them share
+            # statements and messages. Otherwise the enqueuer was idle: go at once.
+            if outrun:
                 self.stop_event.wait(window)
             pending: dict[str, list[Key]] = defaultdict(list)
             changes: list[cache.Change] = []
@@ -102,9 +106,10 @@ class Enqueuer(threading.Thread):
                     item = self.queue.get_nowait()
                 except queue.Empty:
                     break
+            before = self.puts
             if self._flush(pending) and changes:
                 self._clear(changes)
-            last = time.monotonic()
+            outrun = window > 0 and self.puts > before
 
     def _flush(self, pending: dict[str, list[Key]]) -> bool:
         """Enqueue, retrying while the database is down: the keys are already in the cache,

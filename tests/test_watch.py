@@ -77,8 +77,8 @@ def test_the_enqueuer_batches_what_waits(redis_client):
     assert enqueuer.batches <= 2
 
 
-def _batches_for_a_stream_of_events(window: float, prefix: str) -> int:
-    """Keys put one every 2 ms for 0.3 s, as a stream of watch events: how many batches."""
+def _batches_for(window: float, prefix: str, count: int, every: float) -> int:
+    """Keys put one every ``every`` seconds, as watch events: how many batches."""
     import time
 
     from django.test import override_settings
@@ -89,11 +89,11 @@ def _batches_for_a_stream_of_events(window: float, prefix: str) -> int:
     with override_settings(RECONCILERS_ENQUEUE_WINDOW=window):
         enqueuer = watch.Enqueuer(stop)
         enqueuer.start()
-        for i in range(150):
+        for i in range(count):
             enqueuer.put(Key("configmaps", "ns", f"{prefix}{i}"), "added")
-            time.sleep(0.002)
-    wait_for(lambda: WorkItem.objects.filter(name__startswith=prefix).count() == 150,
-             what="150 keys")
+            time.sleep(every)
+    wait_for(lambda: WorkItem.objects.filter(name__startswith=prefix).count() == count,
+             what=f"{count} keys")
     stop.set()
     enqueuer.join(5)
     return enqueuer.batches
@@ -101,13 +101,22 @@ def _batches_for_a_stream_of_events(window: float, prefix: str) -> int:
 
 def test_a_stream_of_events_is_gathered_into_a_few_batches(
         redis_client):
-    gathered = _batches_for_a_stream_of_events(0.1, "w")
-    at_once = _batches_for_a_stream_of_events(0, "n")
-    # 0.3 s of events (longer on a loaded machine) in 0.1 s windows: a handful of batches,
-    # where each event - or whatever waited during the previous statement - was a batch of
-    # its own. (With the window measured from the previous batch's first event, every other
-    # batch went alone: about twice as many.)
+    # 0.3 s of keys, faster than one statement each keeps up with: once keys come in while
+    # a batch is written, the next one gathers for the window.
+    gathered = _batches_for(0.1, "w", 150, 0.002)
+    at_once = _batches_for(0, "n", 150, 0.002)
     assert gathered <= 10 and gathered * 3 <= at_once, (gathered, at_once)
+
+
+def test_a_trickle_of_events_waits_for_no_window(redis_client):
+    # Keys 60 ms apart find the enqueuer idle: each goes at once, none waits the (long)
+    # window - a key's latency is its statement, not the window.
+    import time
+
+    started = time.monotonic()
+    batches = _batches_for(0.5, "t", 8, 0.06)
+    assert batches == 8
+    assert time.monotonic() - started < 8 * 0.06 + 0.5 + 2, "a key waited for the window"
 
 
 def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
