@@ -47,7 +47,9 @@ class Reconciler:
             user code is interrupted and the run recorded as an error with backoff; a run that
             ignores the interruption has its worker process ended. Runs never overlap.
         capability_level: the Operator SDK level (1-5) this operator claims.
-        rbac_rules: extra ClusterRole rules ``manage.py rbac`` adds (e.g. reading Secrets).
+        rbac_rules: extra rules ``manage.py rbac`` adds (e.g. reading Secrets): in the
+            ClusterRole, or - watching some namespaces - in each one's Role (those on
+            cluster-scoped resources stay in the ClusterRole; ``rbac.CLUSTER_SCOPED``).
     """
 
     resource: ClassVar[Any] = None
