@@ -15,9 +15,17 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from reconcilers import health
+from reconcilers import health, probes
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _readiness_connection_closed():
+    """Readiness keeps its PostgreSQL connection open: close it after each test, else the
+    test database cannot be dropped."""
+    yield
+    probes.close_database()
 
 
 def _closed_port() -> int:
@@ -147,6 +155,7 @@ def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_ti
 
     threading.Thread(target=swallow, daemon=True).start()
     real = dict(connections.settings["default"])
+    probes.close_database()  # the next check connects anew: to the hole
     connections.settings["default"].update(HOST="127.0.0.1", PORT=str(hole.getsockname()[1]))
     try:
         started = time.monotonic()
@@ -167,3 +176,28 @@ def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_ti
     assert elapsed < 3.5
     time.sleep(1)
     assert not [t for t in threading.enumerate() if t.name.startswith("readyz")]
+    probes.close_database()  # the database probe's own thread is free again (or this hangs)
+
+
+@pytest.mark.django_db
+def test_readyz_asks_over_the_same_postgresql_and_redis_connections_each_time(
+        client, redis_client):
+    """A probe every few seconds per replica must not open a PostgreSQL backend (nor a Redis
+    connection) each time: the same ones answer every /readyz."""
+    from django.db import connection
+
+    def probe_connections() -> tuple[list[int], list[int]]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                           [probes._PROBE_APPLICATION])
+            backends = sorted(row[0] for row in cursor.fetchall())
+        clients = sorted(c["id"] for c in redis_client.client_list()
+                         if c["name"] == probes._REDIS_NAME)
+        return backends, clients
+
+    assert client.get("/readyz").status_code == 200
+    first = probe_connections()
+    assert len(first[0]) == 1 and len(first[1]) == 1, first
+    for _ in range(3):
+        assert client.get("/readyz").status_code == 200
+    assert probe_connections() == first
