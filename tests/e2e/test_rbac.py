@@ -277,3 +277,42 @@ def test_the_namespaced_roles_allow_what_the_operator_does_and_nothing_outside(
             as_sa.close()
     finally:
         _delete_cluster_scoped(kube, name)
+
+
+def test_cluster_scoped_needs_go_in_the_cluster_role_and_the_rest_in_each_role(settings):
+    from reconcilers.spec import Reconciler
+    from reconcilers.vocab import Owns, Watches
+
+    settings.RECONCILERS_LEASE_NAMESPACE = "ops"
+
+    class Tenants(Reconciler):  # a cluster-scoped primary owning namespaced children
+        group, version, kind, namespaced = "example.com", "v1", "Tenant", False
+        owns = [Owns("v1", "ConfigMap")]
+        watches = [Watches("v1", "Node", map=lambda node: [], namespaced=False)]
+        rbac_rules = [{"apiGroups": [""], "resources": ["secrets", "nodes/proxy"],
+                       "verbs": ["get"]},
+                      {"nonResourceURLs": ["/version"], "verbs": ["get"]}]
+
+    docs = rbac.manifests([Tenants], "op", "operator", "ops", ["team-a"])
+    by = {(d["kind"], d["metadata"].get("namespace")): d.get("rules") for d in docs}
+    assert set(by) == {("ClusterRole", None), ("ClusterRoleBinding", None), ("Role", "team-a"),
+                       ("RoleBinding", "team-a"), ("Role", "ops"), ("RoleBinding", "ops"),
+                       ("Role", "default"), ("RoleBinding", "default")}
+
+    def resources(rules):
+        return {res for r in rules for res in r.get("resources", [])}
+
+    assert resources(by[("ClusterRole", None)]) == {
+        "tenants", "tenants/status", "tenants/finalizers", "nodes", "nodes/proxy"}
+    assert {"nonResourceURLs": ["/version"], "verbs": ["get"]} in by[("ClusterRole", None)]
+    assert resources(by[("Role", "team-a")]) == {"configmaps", "events", "secrets"}
+    # Events of a cluster-scoped object are filed in ``default``.
+    assert by[("Role", "default")] == [{"apiGroups": [""], "resources": ["events"],
+                                        "verbs": ["create", "patch"]}]
+    assert resources(by[("Role", "ops")]) == {"leases"}
+    # Watching every namespace, all of it in one ClusterRole, the declared rules as declared.
+    (cluster,) = [d for d in rbac.manifests([Tenants], "op") if d["kind"] == "ClusterRole"]
+    assert resources(cluster["rules"]) == resources(
+        r for rules in by.values() if rules for r in rules)
+    assert {"apiGroups": [""], "resources": ["secrets", "nodes/proxy"],
+            "verbs": ["get"]} in cluster["rules"]
