@@ -17,12 +17,13 @@ then means deleting Deployments in the watched namespaces, not in every one.
 
 from __future__ import annotations
 
+import copy
 from typing import Iterable, Sequence
 
 import yaml
 from django.conf import settings as django_settings
 
-from . import crds
+from . import crds, kube
 from .conf import settings
 from .spec import Reconciler
 from .vocab import GVR
@@ -55,6 +56,11 @@ def _rule(groups: Iterable[str], resources: Iterable[str], verbs: Iterable[str],
     if names:
         rule["resourceNames"] = sorted(set(names))
     return rule
+
+
+def _events() -> dict:
+    """``events.record`` creates an Event, then patches its count on repeats."""
+    return _rule([kube.EVENTS.group], [kube.EVENTS.plural], ["create", "patch"])
 
 
 def _installs_crd(cls: type[Reconciler]) -> bool:
@@ -107,7 +113,7 @@ def grants(classes: Iterable[type[Reconciler]],
         allow(primary, f"{primary.plural}/status", "get", "patch")
         allow(primary, f"{primary.plural}/finalizers", "update")
         if not primary.namespaced:  # ``events.record`` files them in ``default``
-            found.append((place("default"), _rule([""], ["events"], ["create", "patch"])))
+            found.append((place("default"), _events()))
         for owned in cls.owns:
             gvr = owned.gvr()
             allow(gvr, gvr.plural, *READ, "create", "patch", "delete")
@@ -129,14 +135,14 @@ def grants(classes: Iterable[type[Reconciler]],
         by_group.setdefault((where, group, tuple(sorted(vs))), []).append(resource)
     rules = [(where, _rule([group], resources, vs))
              for (where, group, vs), resources in by_group.items()]
-    rules.append((place(EACH), _rule([""], ["events"], ["create", "patch"])))
+    rules.append((place(EACH), _events()))
     rules.extend(found)
     conf = settings()
     # watch: a standby sees the Lease released at once (``leader``).
+    leases = kube.LEASES
     rules.append((place(conf.lease_namespace), _rule(
-        ["coordination.k8s.io"], ["leases"], ["get", "update", "watch"], [conf.lease_name])))
-    rules.append((place(conf.lease_namespace),
-                  _rule(["coordination.k8s.io"], ["leases"], ["create"])))
+        [leases.group], [leases.plural], ["get", "update", "watch"], [conf.lease_name])))
+    rules.append((place(conf.lease_namespace), _rule([leases.group], [leases.plural], ["create"])))
     if crd_names:
         rules.append((place(CLUSTER), _rule(["apiextensions.k8s.io"],
                                             ["customresourcedefinitions"], ["get", "patch"],
@@ -216,7 +222,7 @@ def manifests(classes: Iterable[type[Reconciler]], name: str = "django-crd-opera
     for ns in sorted(set(namespaces) | fixed):
         rules = list(needs.get(EACH, [])) if ns in namespaces else []
         rules += [r for r in needs.get(ns, []) if r not in rules]
-        docs.append(role(name, ns, rules))
+        docs.append(role(name, ns, copy.deepcopy(rules)))  # no rule shared between documents
         if service_account:
             docs.append(role_binding(name, ns, service_account, namespace))
     return docs
