@@ -80,6 +80,11 @@ class Settings:
                                            "stops cleanly releases the Lease, and a standby "
                                            "watching it takes over at once).")
     namespaces: str = _s("", "Comma-separated namespaces to watch (empty = all).")
+    reconcile_on_start: str = _s("changed", "A watcher that becomes leader reconciles every "
+                                            "object of each reconciler whose code or settings "
+                                            "changed since the last leader's pass (`changed`), "
+                                            "or of every reconciler (`always`, as "
+                                            "controller-runtime).")
     apply_crds: bool = _s(False, "Server-side apply the CRDs of enabled reconcilers when the "
                                  "watcher starts.")
     webhook_manifests: str = _s("", "File `makecrds` keeps the webhook server's cluster "

@@ -40,6 +40,7 @@ class Trigger(models.TextChoices):
     RETRY = "retry"
     REQUEUE = "requeue"
     RELIST = "relist"
+    START = "start"  # a new leader's pass: the code or settings changed (``onstart``)
 
 
 class State(models.TextChoices):
@@ -66,6 +67,10 @@ class RegisteredReconciler(models.Model):
         null=True, blank=True,
         help_text="Seconds between periodic resyncs of every object; overrides the code's "
                   "value when set (0 = never). Takes effect within a minute, no restart.")
+    start_fingerprint = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="Fingerprint of the code and settings whose start pass (every object "
+                  "reconciled by a new leader) last completed.")
     registered_at = models.DateTimeField(auto_now_add=True)
     seen_at = models.DateTimeField(auto_now=True)
 

@@ -396,9 +396,11 @@ def heartbeat(identity: str) -> None:
 
 
 def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
-                health: Health | None = None, wake: threading.Event | None = None) -> None:
-    """Run streams in threads until ``until()`` is true; heartbeat meanwhile. Setting
-    ``wake`` (the process's stop event) makes it look at once rather than at its next tick."""
+                health: Health | None = None, wake: threading.Event | None = None,
+                tick: Callable[[list[Stream]], None] | None = None) -> None:
+    """Run streams in threads until ``until()`` is true; heartbeat meanwhile, and call
+    ``tick(streams)`` (the start pass) each second. Setting ``wake`` (the process's stop event)
+    makes it look at once rather than at its next tick."""
     health = health or Health()
     health.streams = streams
     threads = [threading.Thread(target=s.run, daemon=True, name=f"stream:{s.gvr.id}")
@@ -414,6 +416,8 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
                     and not _keep_synced(s.gvr, s.namespace)):
                 s.reflector.request_relist()
             s.status.save()  # flushes counters of a quiet stream (throttled to every 5 s)
+        if tick is not None:
+            tick(streams)
         # Heartbeat each second, but notice a stop at once: a restarted watcher's successor
         # waits for this one to let go.
         for _ in range(20):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
+
 from reconcilers.api import (
     Index,
     PermanentError,
@@ -61,7 +63,8 @@ class ProbeReconciler(Reconciler):
             raise TemporaryError("come back later", delay=float(spec["temporaryDelay"]))
         if spec.get("requeueAfter") and _count(obj, "requeue") == 1:
             return Result.after(float(spec["requeueAfter"]))
-        ctx.patch_status({"value": spec.get("value")})
+        note = getattr(settings, "PROBE_NOTE", "")  # a setting of the user's app
+        ctx.patch_status({"value": spec.get("value"), **({"note": note} if note else {})})
         return None
 
 
