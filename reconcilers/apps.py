@@ -13,10 +13,12 @@ class ReconcilersConfig(AppConfig):
     def ready(self) -> None:
         """Every process sends the work queue's messages through ``broker`` (the project's
         Celery app); the Celery tasks are registered where Celery is loaded."""
-        from . import broker, checks, registry, resources  # noqa: F401 (checks registers)
+        from . import checks  # noqa: F401 (registers the system checks)
+        from . import broker, metrics, registry, resources
 
         resources.autodiscover()
         registry.autodiscover()
+        metrics.initialise(registry.registry.names())
         broker.install()
         if "celery" in sys.modules:
             from . import tasks

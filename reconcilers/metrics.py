@@ -6,15 +6,23 @@ A kubebuilder dashboard or alert (``controller_runtime_reconcile_total``,
 events, relists, cache size, leadership, ledger states, messages, the reaper, history writes)
 are prefixed ``operator_``.
 
+Every series a controller-runtime manager starts at 0 exists here from the first scrape too,
+for every registered reconciler (``initialise``): a dashboard's ``rate()`` and an alert's
+``absent()`` see a quiet controller, not a missing one.
+
 Where each figure is counted:
 
 - a run (worker pool process): reconcile totals, errors, times, queue and work durations,
   retries, stale messages dropped, history write time;
 - anything that adds or sends (watcher, web, beat tasks): adds, messages sent, reaper
   recoveries;
+- anything that calls the api-server (``kube.request``): requests by code, method and host,
+  as client-go counts them; the watcher's leader election: its Lease's status;
 - at scrape time (``collectors``): the worker's concurrency and active runs, the watcher's
   leadership and cache, and - from the leader only, so each figure has one source - the
-  ledger's depth, states and running times.
+  ledger's depth, states and running times; the serving process's ``process_*`` and
+  ``python_*`` figures (prometheus_client's collectors, which its multiprocess mode leaves
+  out).
 
 Prefork workers run reconciles in child processes, so values live in prometheus_client's
 multiprocess files: ``PROMETHEUS_MULTIPROC_DIR`` if the deployer sets it (and empties it at
@@ -26,10 +34,12 @@ settles it at import.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import tempfile
 from typing import Callable, Iterable
+from urllib.parse import urlsplit
 
 _DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MADE_ENV = "OPERATOR_METRICS_MADE_DIR"  # marks a directory this module made, not the deployer
@@ -58,7 +68,11 @@ DIRECTORY = _multiprocess_dir() if ENABLED else ""
 from prometheus_client import (  # noqa: E402  (the directory must be known first)
     CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess,
 )
-from prometheus_client import Counter as _Counter, Histogram as _Histogram  # noqa: E402
+from prometheus_client import (  # noqa: E402
+    GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
+)
+from prometheus_client import Counter as _Counter, Gauge as _Gauge  # noqa: E402
+from prometheus_client import Histogram as _Histogram  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.registry import Collector  # noqa: E402
 
@@ -78,8 +92,15 @@ class _Off:
     def observe(self, amount: float) -> None:
         pass
 
+    def set(self, value: float) -> None:
+        pass
+
+    def dec(self, amount: float = 1) -> None:
+        pass
+
 
 Counter = _Counter if ENABLED else _Off
+Gauge = _Gauge if ENABLED else _Off
 Histogram = _Histogram if ENABLED else _Off
 
 # controller-runtime's reconcile-time buckets (seconds).
@@ -95,6 +116,14 @@ reconcile_total = Counter(
 reconcile_errors_total = Counter(
     "controller_runtime_reconcile_errors_total",
     "Total number of reconciliation errors per controller", ["controller"])
+terminal_reconcile_errors_total = Counter(
+    "controller_runtime_terminal_reconcile_errors_total",
+    "Total number of terminal reconciliation errors per controller", ["controller"])
+# A Python reconciler has no panics: an exception is an error (counted above). Declared so the
+# family controller-runtime exports, and alerts on it, exist.
+reconcile_panics_total = Counter(
+    "controller_runtime_reconcile_panics_total",
+    "Total number of reconciliation panics per controller", ["controller"])
 reconcile_time_seconds = Histogram(
     "controller_runtime_reconcile_time_seconds",
     "Length of time per reconciliation per controller", ["controller"], buckets=RUN_BUCKETS)
@@ -110,6 +139,39 @@ work_duration_seconds = Histogram(
     buckets=QUEUE_BUCKETS)
 retries_total = Counter(
     "workqueue_retries_total", "Total number of retries handled by workqueue", ["name"])
+
+# client-go's REST client figures, as controller-runtime registers them. ``code`` is the HTTP
+# status, or ``<error>`` when no answer came; ``method``/``verb`` the HTTP method; ``host`` the
+# api-server's host:port.
+rest_client_requests_total = Counter(
+    "rest_client_requests_total",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "method", "host"])
+rest_client_request_duration_seconds = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds. Broken down by verb and host.", ["verb", "host"],
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0))
+# client-go's leaderelection figure; ``name`` is the Lease's name. Set by the watcher process
+# alone ("livemax": a process that is gone no longer counts).
+leader_election_master_status = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+    "1 indicates master. 'name' is the string used to identify the lease. Please make sure "
+    "to group by name.", ["name"], multiprocess_mode="livemax")
+
+# controller-runtime's webhook figures; ``webhook`` is the path served. Declared here (this
+# module declares every figure); the webhook server counts them.
+webhook_requests_total = Counter(
+    "controller_runtime_webhook_requests_total",
+    "Total number of admission requests by HTTP status code.", ["webhook", "code"])
+webhook_latency_seconds = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Histogram of the latency of processing admission requests", ["webhook"],
+    buckets=tuple(10.0 ** e for e in range(-8, 4)))  # controller-runtime's: 10^-8 .. 10^3 s
+webhook_requests_in_flight = Gauge(
+    "controller_runtime_webhook_requests_in_flight",
+    "Current number of admission requests being served.", ["webhook"],
+    multiprocess_mode="livesum")
 
 watch_events_total = Counter(
     "operator_watch_events_total", "Watch events received, by resource stream and type",
@@ -139,9 +201,37 @@ history_write_seconds = Histogram(
     "Time to record a run and end it in the ledger (one transaction)", buckets=RUN_BUCKETS)
 
 # controller-runtime's result label: success, error, requeue, requeue_after. The project's
-# own outcomes ride along under their names (gone, skipped, permanent counts as an error).
-RESULT_OF = {"permanent": "error"}
+# own outcomes count as controller-runtime's reconciler would return them: a permanent error
+# is an error (and a terminal one), an object gone or being deleted without our finalizer a
+# success.
+RESULTS = ("error", "requeue_after", "requeue", "success")
+RESULT_OF = {"permanent": "error", "gone": "success", "skipped": "success"}
 ERRORS = {"error", "permanent"}
+
+# The reconcilers this process reports on (``initialise``).
+_controllers: tuple[str, ...] = ()
+
+
+def initialise(controllers: Iterable[str]) -> None:
+    """Report on ``controllers`` (the registered reconcilers; the app's ``ready()`` calls
+    this): from the first scrape on, each has every per-controller series - at 0 until
+    counted, as a controller-runtime controller's ``initMetrics`` and client-go's work queue
+    start them - and a 0 in gauges computed at scrape time that found nothing for it."""
+    global _controllers
+    _controllers = tuple(sorted(set(controllers)))
+
+
+def _start_series() -> None:
+    """The series of ``initialise`` in this process's files (at scrape time, not start-up:
+    a process that is never scraped pays nothing; a labelled child costs a dict look-up once
+    made)."""
+    for name in _controllers:
+        for result in RESULTS:
+            reconcile_total.labels(name, result)
+        for family in (reconcile_errors_total, terminal_reconcile_errors_total,
+                       reconcile_panics_total, reconcile_time_seconds, adds_total,
+                       queue_duration_seconds, work_duration_seconds, retries_total):
+            family.labels(name)  # a labelled child is a series at 0 in the multiprocess files
 
 
 def observe_run(reconciler: str, outcome: str, seconds: float, retry: bool) -> None:
@@ -149,6 +239,8 @@ def observe_run(reconciler: str, outcome: str, seconds: float, retry: bool) -> N
     reconcile_total.labels(reconciler, RESULT_OF.get(outcome, outcome)).inc()
     if outcome in ERRORS:
         reconcile_errors_total.labels(reconciler).inc()
+    if outcome == "permanent":
+        terminal_reconcile_errors_total.labels(reconciler).inc()
     reconcile_time_seconds.labels(reconciler).observe(seconds)
     work_duration_seconds.labels(reconciler).observe(seconds)
     if retry:
@@ -161,14 +253,34 @@ def observe_lost_run(reconciler: str) -> None:
     reconcile_errors_total.labels(reconciler).inc()
 
 
+def observe_request(method: str, url: str, code: int | str, seconds: float) -> None:
+    """One api-server call: its status (``"<error>"`` for none) and its time to the answer's
+    headers, as client-go's REST client records them."""
+    host = _host(url)
+    rest_client_requests_total.labels(str(code), method, host).inc()
+    rest_client_request_duration_seconds.labels(method, host).observe(seconds)
+
+
+@functools.lru_cache(maxsize=16)
+def _host(url: str) -> str:
+    return urlsplit(url).netloc
+
+
+def leader_status(lease: str, leading: bool) -> None:
+    """This process leads (1) or stands by (0) for ``lease``."""
+    leader_election_master_status.labels(lease).set(1.0 if leading else 0.0)
+
+
 def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
-    """The text a scrape gets: every process's values from the multiprocess directory, plus
-    the collectors this process computes at scrape time."""
+    """The text a scrape gets: every process's values from the multiprocess directory, the
+    serving process's own ``process_*`` / ``python_*``, and the collectors this process
+    computes at scrape time."""
     registry = CollectorRegistry()
     if not ENABLED:
         return generate_latest(registry), CONTENT_TYPE_LATEST
+    _start_series()
     multiprocess.MultiProcessCollector(registry, path=DIRECTORY)
-    for collector in collectors:
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, *collectors):
         registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
@@ -190,8 +302,9 @@ def process_exited(pid: int) -> None:
 
 class Computed(Collector):
     """Gauges computed when scraped, by ``compute()`` -> ``[(name, help, labels, samples)]``
-    where samples are ``(label values, value)``. A failing computation (database down)
-    yields nothing instead of failing the scrape."""
+    where samples are ``(label values, value)``. A family labelled by ``controller`` or
+    ``name`` alone gets a 0 for every initialised reconciler it has no value for. A failing
+    computation (database down) yields nothing instead of failing the scrape."""
 
     def __init__(self, compute: Callable[[], list[tuple[str, str, list[str], list]]]):
         self._compute = compute
@@ -205,4 +318,7 @@ class Computed(Collector):
             family = GaugeMetricFamily(name, doc, labels=labels)
             for values, value in samples:
                 family.add_metric(list(values), value)
+            if labels in (["controller"], ["name"]):
+                for missing in set(_controllers) - {values[0] for values, _ in samples}:
+                    family.add_metric([missing], 0.0)
             yield family

@@ -52,3 +52,68 @@ def test_a_deployers_directory_is_shared_and_kept(tmp_path):
 def test_metrics_can_be_turned_off():
     directory, counted, _ = _run({"OPERATOR_METRICS": "0"})
     assert directory == "" and counted == "False 0"
+
+
+FRESH = """
+import json
+from prometheus_client.parser import text_string_to_metric_families
+from reconcilers import metrics
+metrics.initialise(["a.example.com", "b.example.com"])
+metrics.observe_run("b.example.com", "gone", 0.01, retry=False)
+metrics.observe_run("b.example.com", "skipped", 0.01, retry=False)
+metrics.observe_run("b.example.com", "permanent", 0.01, retry=False)
+depth = metrics.Computed(lambda: [("workqueue_depth", "", ["name"], [(("b.example.com",), 2)])])
+body = metrics.exposition([depth])[0].decode()
+print(json.dumps([[s.name, s.labels, s.value] for f in text_string_to_metric_families(body)
+                  for s in f.samples]))
+"""
+
+
+def _fresh_samples() -> dict[tuple[str, frozenset], float]:
+    result = subprocess.run([sys.executable, "-c", FRESH], cwd=REPO, text=True,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    return {(name, frozenset(labels.items())): value
+            for name, labels, value in json.loads(result.stdout)}
+
+
+def test_every_series_of_a_reconciler_exists_at_zero_before_its_first_run():
+    samples = _fresh_samples()
+    a = "a.example.com"
+    for result in ("success", "error", "requeue", "requeue_after"):
+        assert samples[("controller_runtime_reconcile_total",
+                        frozenset({"controller": a, "result": result}.items()))] == 0
+    for family in ("controller_runtime_reconcile_errors_total",
+                   "controller_runtime_terminal_reconcile_errors_total",
+                   "controller_runtime_reconcile_panics_total",
+                   "controller_runtime_reconcile_time_seconds_count"):
+        assert samples[(family, frozenset({"controller": a}.items()))] == 0, family
+    for family in ("workqueue_adds_total", "workqueue_retries_total",
+                   "workqueue_queue_duration_seconds_count",
+                   "workqueue_work_duration_seconds_count", "workqueue_depth"):
+        assert samples[(family, frozenset({"name": a}.items()))] == 0, family
+    # A gauge computed at scrape time keeps what it found, and is completed with zeros.
+    assert samples[("workqueue_depth", frozenset({"name": "b.example.com"}.items()))] == 2
+
+
+def test_results_carry_controller_runtimes_label_values():
+    samples = _fresh_samples()
+    b = "b.example.com"
+    results = {dict(labels)["result"]: value for (name, labels), value in samples.items()
+               if name == "controller_runtime_reconcile_total"
+               and dict(labels)["controller"] == b}
+    # Gone and skipped (deleted without our finalizer) are what a Go reconciler returns then.
+    assert results == {"success": 2, "error": 1, "requeue": 0, "requeue_after": 0}
+    assert samples[("controller_runtime_terminal_reconcile_errors_total",
+                    frozenset({"controller": b}.items()))] == 1
+
+
+def test_a_scrape_carries_the_serving_process_figures():
+    """prometheus_client's multiprocess mode leaves its process and platform collectors out;
+    kubebuilder's resources dashboard reads process_cpu_seconds_total and
+    process_resident_memory_bytes."""
+    names = {name for name, _ in _fresh_samples()}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes",
+            "process_open_fds", "process_start_time_seconds", "python_info"} <= names
