@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any, Iterator
 from urllib.parse import urlencode
 
@@ -27,6 +28,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from . import metrics
 from .once import per_process
 from .vocab import GVR
 
@@ -205,13 +207,18 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     url = configuration.host + path
     if query:
         url += "?" + urlencode(list(query.items()))
+    start = time.perf_counter()
     try:
         response = api.rest_client.pool_manager.urlopen(
             method, url, body=None if body is None else _encode(api, body), headers=headers,
             retries=RETRY if method in RETRY.allowed_methods else False, redirect=False,
             preload_content=not stream, timeout=_timeout(timeout))
     except (urllib3.exceptions.HTTPError, OSError) as exc:
+        metrics.observe_request(method, configuration.host, "<error>",
+                                time.perf_counter() - start)
         raise ApiError(0, "ConnectionFailed", f"{method} {path}: {_cause(exc)}") from exc
+    metrics.observe_request(method, configuration.host, response.status,
+                            time.perf_counter() - start)
     if not 200 <= response.status < 300:
         error = ApiError.from_response(response)
         response.release_conn()

@@ -29,7 +29,7 @@ import threading
 import time
 from datetime import timedelta
 
-from . import kube
+from . import kube, metrics
 from .vocab import rfc3339, utcnow
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class LeaderElector:
         self._wake = threading.Event()  # a round is due now: the Lease was released, or stop
         self.watching = threading.Event()  # the Lease watch is open (standby takeover is fast)
         self._watch_resp = None
+        metrics.leader_status(name, False)
 
     @property
     def _path(self) -> str:
@@ -129,6 +130,7 @@ class LeaderElector:
             log.warning("leader election: %s could not renew for %.1fs; stepping down",
                         self.identity, self._clock() - self._renewed_at)
             self.is_leader.clear()
+        metrics.leader_status(self.name, self.is_leader.is_set())
 
     def campaigning(self) -> bool:
         """The api-server answered a round within the last lease: a standby that can take
@@ -230,3 +232,4 @@ class LeaderElector:
         except Exception as exc:
             log.warning("leader election: release failed: %s", exc)
         self.is_leader.clear()
+        metrics.leader_status(self.name, False)

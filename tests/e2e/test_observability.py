@@ -6,6 +6,7 @@ import json
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -71,6 +72,47 @@ def _start(operator) -> tuple[int, int]:
     return watcher_port, worker_port
 
 
+# What kubebuilder's Grafana dashboards query (its grafana plugin's
+# controller-runtime-metrics.json and controller-resources-metrics.json), by the label that
+# names the controller; process_* name none.
+KUBEBUILDER_DASHBOARDS = {
+    "controller_runtime_active_workers": "controller",
+    "controller_runtime_reconcile_total": "controller",
+    "controller_runtime_reconcile_errors_total": "controller",
+    "workqueue_depth": "name",
+    "workqueue_queue_duration_seconds_bucket": "name",
+    "workqueue_adds_total": "name",
+    "workqueue_unfinished_work_seconds": "name",
+    "workqueue_work_duration_seconds_bucket": "name",
+    "workqueue_retries_total": "name",
+    "process_cpu_seconds_total": None,
+    "process_resident_memory_bytes": None,
+}
+
+
+def test_a_fresh_operator_serves_every_dashboard_series_at_zero(operator):
+    """Before any event, every family kubebuilder's dashboards query has a series for every
+    registered reconciler (at 0), as a controller-runtime manager's do once its controllers
+    start: a rate() of a quiet controller is 0, not "no data"."""
+    from reconcilers.registry import registry
+
+    watcher, worker = _start(operator)
+    scraped = {**_samples(watcher), **_samples(worker)}
+    for family, label in KUBEBUILDER_DASHBOARDS.items():
+        series = {dict(labels).get(label): value for (name, labels), value in scraped.items()
+                  if name == family}
+        if label is None:
+            assert series, family
+            continue
+        for controller in registry.names():
+            assert series.get(controller) == 0, (family, controller, series)
+    for result in ("success", "error", "requeue", "requeue_after"):
+        assert _value(scraped, "controller_runtime_reconcile_total", controller=PROBE,
+                      result=result) == 0
+    assert ("controller_runtime_terminal_reconcile_errors_total",
+            frozenset({"controller": PROBE}.items())) in scraped
+
+
 def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
     from kubernetes import client
 
@@ -126,8 +168,19 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
                       namespace=operator.namespace, reason="initial") == 1
         assert _value(m, "operator_cache_objects", resource=RESOURCE,
                       namespace=operator.namespace) == 6
+        assert _value(m, "leader_election_master_status", name=operator.env["RECONCILERS_LEASE_NAME"]) == 1
 
     _eventually(watcher_counts, timeout=15)
+    # Api-server calls as client-go counts them: lists and watches (GET) from the watcher,
+    # status patches from the worker's pool processes; the host is the api-server's.
+    host = urllib.parse.urlsplit(kube.configuration.host).netloc
+    for port, method in ((watcher, "GET"), (worker, "PATCH")):
+        calls = {dict(labels)["code"]: value for (name, labels), value in _samples(port).items()
+                 if name == "rest_client_requests_total"
+                 and dict(labels)["method"] == method and dict(labels)["host"] == host}
+        assert calls.get("200", 0) > 0, (method, calls)
+        assert _value(_samples(port), "rest_client_request_duration_seconds_count",
+                      verb=method, host=host) >= calls["200"]
     for port in (watcher, worker):
         assert _get(port, "/healthz")[0] == 200
         status, body = _get(port, "/readyz")
