@@ -18,6 +18,24 @@ path) when denied, a base64 JSONPatch for a mutation, and warnings. ``request.dr
 the api-server will not persist the object: a hook with side effects must skip them. A
 request that is not an AdmissionReview raises ``BadReview`` (the server answers 400), and a
 hook that raises anything else denies the request with its message - never a crashed server.
+
+Deletion: ``validate_delete(self, request)`` on the object being deleted (the api-server's
+``oldObject``) adds DELETE to the validating webhook's operations; raising denies the
+deletion. Mind that a denied DELETE also stops the namespace controller deleting the object's
+namespace, and a garbage collector deleting it as an orphan.
+
+Kinds this project does not declare - a built-in one (a Pod, a Deployment) or another
+operator's CRD - get the same three hooks on a ``Webhook`` class, registered on definition
+as a ``Resource`` is (declare it in an app's ``resources.py``, which ``autodiscover``
+imports)::
+
+    class DeploymentPolicy(Webhook):
+        group, version, kind = "apps", "v1", "Deployment"
+
+        def validate(self, old, request):
+            for c in self.raw["spec"]["template"]["spec"]["containers"]:
+                if c["image"].endswith(":latest"):
+                    raise ValidationError("spec.template.spec.containers", "pin a tag")
 """
 
 from __future__ import annotations
@@ -28,12 +46,15 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
 
 from . import kube
 from .context import Lister
-from .resources import default_registry
-from .resources.base import Resource
+from .resources import Registry, default_registry
+from .resources.typed import MetadataView
+from .vocab import plural as plural_of
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +105,114 @@ class Outcome:
     seconds: float
 
 
-def hooked(cls: type[Resource]) -> set[str]:
-    """Which hooks a resource class declares."""
+# --- hooks on kinds this project does not declare ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindMeta:
+    """A ``Webhook`` class's kind, with the attributes of a ``Resource``'s ``_meta`` that
+    registration, RBAC and the records read."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    scope: str
+    converts: ClassVar[bool] = False
+
+    @property
+    def crd_name(self) -> str:
+        """The registry key and the records' resource: ``deployments.apps``, ``pods``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+webhook_registry = Registry()  # Webhook classes, by KindMeta.crd_name
+
+
+class Webhook:
+    """Admission hooks on a kind declared elsewhere (a built-in one, another operator's CRD).
+
+    Class attributes: ``group`` (``""`` for the core group), ``version``, ``kind``,
+    ``plural`` (default: Kubernetes' plural of ``kind``), ``namespaced`` (default True).
+    Define any of ``default(self, request)``, ``validate(self, old, request)`` and
+    ``validate_delete(self, request)``; ``self.raw`` is the object (a copy: ``default``
+    changes it), ``old`` the object before an update. One class per kind; ``Meta.registry =
+    None`` registers it nowhere (tests)."""
+
+    group: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    plural: ClassVar[str | None] = None
+    namespaced: ClassVar[bool] = True
+    _meta: ClassVar[KindMeta]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        meta = vars(cls).get("Meta")
+        if not cls.version or not cls.kind:
+            raise ImproperlyConfigured(f"{cls.__qualname__} must name the version and kind "
+                                       f"it hooks (group too, unless the core group)")
+        cls._meta = KindMeta(cls.group, cls.version, cls.kind, cls.plural or plural_of(cls.kind),
+                             "Namespaced" if cls.namespaced else "Cluster")
+        registry = getattr(meta, "registry", webhook_registry)
+        if registry is not None:
+            registry.register(cls)
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.raw: dict[str, Any] = copy.deepcopy(dict(obj))
+
+    @property
+    def metadata(self) -> MetadataView:
+        return MetadataView(self.raw.get("metadata") or {})
+
+    def __repr__(self) -> str:
+        meta = self.raw.get("metadata") or {}
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        return f"<{type(self).__name__} {self.kind} {where}{meta.get('name', '?')}>"
+
+
+def hooked(cls) -> set[str]:
+    """Which hooks a resource (or ``Webhook``) class declares."""
     out = set()
-    if callable(getattr(cls, "validate", None)):
+    if callable(getattr(cls, "validate", None)) or callable(getattr(cls, "validate_delete",
+                                                                     None)):
         out.add(VALIDATE)
     if callable(getattr(cls, "default", None)):
         out.add(MUTATE)
     if cls._meta.converts:
         out.add(CONVERT)
     return out
+
+
+def operations(cls, hook: str) -> list[str]:
+    """The operations ``hook`` of ``cls`` is called for."""
+    if hook == MUTATE:
+        return ["CREATE", "UPDATE"]
+    ops = ["CREATE", "UPDATE"] if callable(getattr(cls, "validate", None)) else []
+    if callable(getattr(cls, "validate_delete", None)):
+        ops.append("DELETE")
+    return ops
+
+
+def webhook_name(cls, hook: str) -> str:
+    """``validate.foos.samplecontroller.k8s.io``; a kind of a group without dots gets the
+    group (``core`` for the core one) after its plural, as the name needs three parts."""
+    meta = cls._meta
+    if isinstance(meta, KindMeta):
+        return f"{hook}.{meta.plural}.{meta.group or 'core'}"
+    return f"{hook}.{meta.crd_name}"
+
+
+def admitted_versions(cls) -> list[str]:
+    """A converting kind is admitted in its hub version only: with ``matchPolicy:
+    Equivalent`` the api-server converts a request in any other version to it first, so
+    ``default()`` and ``validate()`` always see the fields the resource class declares."""
+    meta = cls._meta
+    if isinstance(meta, KindMeta):
+        return [meta.version]
+    if meta.converts:
+        return [meta.storage_version.name]
+    return [v.name for v in meta.versions if v.served]
 
 
 def review(body: Any, hook: str, api: kube.ApiClient | None = None) -> Outcome:
@@ -152,28 +271,34 @@ def _request(body: Any) -> dict:
     return req
 
 
-def _resource_class(req: dict) -> type[Resource]:
+def _resource_class(req: dict):
     resource = req["resource"]
-    crd_name = f"{resource['resource']}.{resource.get('group', '')}"
-    if crd_name not in default_registry:
-        raise BadReview(f"no resource {crd_name} is declared in this project")
-    return default_registry.get(crd_name)
+    group = resource.get("group") or ""
+    name = f"{resource['resource']}.{group}" if group else resource["resource"]
+    for registry in (default_registry, webhook_registry):
+        if name in registry:
+            return registry.get(name)
+    raise BadReview(f"no resource {name} is declared in this project")
 
 
-def _mutate(cls: type[Resource], obj: dict | None, request: AdmissionRequest) -> list[dict]:
-    if obj is None or not callable(getattr(cls, "default", None)):
+def _mutate(cls, obj: dict | None, request: AdmissionRequest) -> list[dict]:
+    if obj is None or request.operation == "DELETE" or not callable(getattr(cls, "default",
+                                                                            None)):
         return []
     typed = cls(obj)
     typed.default(request)
     return json_patch(obj, typed.raw)
 
 
-def _validate(cls: type[Resource], obj: dict | None, old: dict | None,
-              request: AdmissionRequest) -> None:
-    hook: Callable | None = getattr(cls, "validate", None)
-    if hook is None or obj is None:  # deletions carry no new object
-        return
-    warnings = cls(obj).validate(cls(old) if old else None, request)
+def _validate(cls, obj: dict | None, old: dict | None, request: AdmissionRequest) -> None:
+    if request.operation == "DELETE":  # the object going is the old one; there is no new
+        if old is None or not callable(getattr(cls, "validate_delete", None)):
+            return
+        warnings = cls(old).validate_delete(request)
+    else:
+        if obj is None or not callable(getattr(cls, "validate", None)):
+            return
+        warnings = cls(obj).validate(cls(old) if old else None, request)
     request.warnings.extend(warnings or [])
 
 

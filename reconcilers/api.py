@@ -7,7 +7,7 @@ plumbing stay behind this surface.
 """
 
 from . import events, predicates
-from .admission import ValidationError
+from .admission import ValidationError, Webhook
 from .context import Context, Lister, NotOwnedError, controller_of
 from .kube import ApiError
 from .registry import Registry, register
@@ -31,6 +31,7 @@ __all__ = [
     "TemporaryError",
     "ValidationError",
     "Watches",
+    "Webhook",
     "controller_of",
     "events",
     "predicates",
