@@ -7,9 +7,10 @@
   ``MutatingWebhookConfiguration`` for every resource that declares ``validate`` / ``default``,
   with the CA bundle, ``failurePolicy``, ``sideEffects: None``, ``timeoutSeconds`` and the
   selectors given; ``register`` server-side-applies them.
-- ``serve(...)``: HTTPS (HTTP/1.1, keep-alive) on its own port, a thread per connection,
-  ``POST /validate``, ``POST /mutate``, ``POST /convert`` and ``GET /healthz``. Every call is recorded (``WebhookCall``); a body that
-  is not an AdmissionReview gets a 400 with the reason, never a crashed server.
+- ``respond(method, path, body)``: one request's answer - ``POST /validate``, ``/mutate``,
+  ``/convert``, ``GET /healthz`` - which ``webhookserver`` serves over HTTPS. Every call is
+  recorded (``WebhookCall``); a body that is not an AdmissionReview gets a 400 with the
+  reason, never a crashed server.
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ import ipaddress
 import json
 import logging
 import queue
-import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from socketserver import ThreadingMixIn
 from typing import Callable, Iterable, Sequence
 
 import yaml
@@ -128,11 +125,13 @@ def _covers(pem: bytes, hosts: Sequence[str]) -> bool:
 # --- registration ------------------------------------------------------------------------------
 
 
-def hooked_resources() -> list[type[Resource]]:
-    return [r for r in default_registry if admission.hooked(r)]
+def hooked_resources() -> list:
+    """The resource classes with hooks, then the ``Webhook`` classes (other kinds)."""
+    return [r for registry in (default_registry, admission.webhook_registry)
+            for r in registry if admission.hooked(r)]
 
 
-def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | None,
+def configurations(resources: Iterable, *, ca_bundle: bytes | None,
                    url: str | None = None, service: tuple[str, str, int] | None = None,
                    failure_policy: str = "Fail", timeout: int = 5,
                    namespace_selector: dict | None = None,
@@ -161,11 +160,12 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | No
                 client_config["service"] = {"namespace": service[0], "name": service[1],
                                             "port": service[2], "path": f"/{hook}"}
             webhook = {
-                "name": f"{hook}.{meta.crd_name}",
+                "name": admission.webhook_name(cls, hook),
                 "clientConfig": client_config,
-                "rules": [{"apiGroups": [meta.group], "apiVersions": _admitted_versions(meta),
-                           "operations": ["CREATE", "UPDATE"], "resources": [meta.plural],
-                           "scope": meta.scope}],
+                "rules": [{"apiGroups": [meta.group],
+                           "apiVersions": admission.admitted_versions(cls),
+                           "operations": admission.operations(cls, hook),
+                           "resources": [meta.plural], "scope": meta.scope}],
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
                 "failurePolicy": failure_policy,
@@ -184,15 +184,6 @@ def configurations(resources: Iterable[type[Resource]], *, ca_bundle: bytes | No
             out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                         "metadata": metadata, "webhooks": webhooks})
     return out
-
-
-def _admitted_versions(meta) -> list[str]:
-    """A converting kind is admitted in its hub version only: with ``matchPolicy: Equivalent``
-    the api-server converts a request in any other version to it first, so ``default()`` and
-    ``validate()`` always see the fields the resource class declares."""
-    if meta.converts:
-        return [meta.storage_version.name]
-    return [v.name for v in meta.versions if v.served]
 
 
 def cluster_manifests(resources: Sequence[type[Resource]], *,
@@ -328,12 +319,15 @@ def _b64(data: bytes) -> str:
 # --- the server --------------------------------------------------------------------------------
 
 
+HOOK_PATHS = {"/validate": admission.VALIDATE, "/mutate": admission.MUTATE,
+              "/convert": admission.CONVERT}
+
+
 def respond(method: str, path: str, body: bytes | None) -> tuple[int, dict, Callable | None]:
     """``(status, JSON body, what to run once it is sent)`` for one request."""
     if path == "/healthz" and method == "GET":
         return 200, {"status": "ok"}, None
-    hook = {"/validate": admission.VALIDATE, "/mutate": admission.MUTATE,
-            "/convert": admission.CONVERT}.get(path)
+    hook = HOOK_PATHS.get(path)
     if hook is None or method != "POST":
         return 404, {"error": f"no {method} {path} here; POST /validate, /mutate or "
                               "/convert"}, None
@@ -350,35 +344,6 @@ def respond(method: str, path: str, body: bytes | None) -> tuple[int, dict, Call
         return 400, {"error": f"bad {what}: {exc}"}, None
     # The record is written after the api-server has its answer, not before.
     return 200, outcome.response, lambda: _record(outcome)
-
-
-def application(environ, start_response):
-    """The endpoints as a WSGI application, for a WSGI server of your own with TLS."""
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    body = environ["wsgi.input"].read(length) if 0 < length <= MAX_BODY else b""
-    status, payload, then = respond(environ.get("REQUEST_METHOD", ""),
-                                    environ.get("PATH_INFO", ""), body)
-    data = json.dumps(payload).encode()
-    start_response(f"{status} {HTTPStatus(status).phrase}",
-                   [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-    return _AfterResponse([data], then)
-
-
-class _AfterResponse:
-    """A WSGI body whose ``close`` - called once the response is sent - runs ``then``."""
-
-    def __init__(self, body: list[bytes], then: Callable | None):
-        self.body, self.then = body, then
-
-    def __iter__(self):
-        return iter(self.body)
-
-    def close(self) -> None:
-        if self.then is not None:
-            self.then()
 
 
 class _Recorder(threading.Thread):
@@ -426,81 +391,3 @@ def _record(outcome: admission.Outcome) -> None:
             _recorder = _Recorder()
             _recorder.start()
     _recorder.put(outcome)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """HTTP/1.1 with keep-alive: the api-server reuses its connection, so a call does not pay
-    for a TLS handshake."""
-
-    protocol_version = "HTTP/1.1"
-    # Headers and body leave in two writes: without this, Nagle's algorithm holds the body
-    # back for the client's delayed ACK (~40 ms per call on a kept-alive connection).
-    disable_nagle_algorithm = True
-
-    def do_GET(self) -> None:
-        self._reply(None)
-
-    def do_POST(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = 0
-        if length > MAX_BODY:  # unread: answer and drop the connection
-            self.close_connection = True
-            self._reply(b"")
-            return
-        self._reply(self.rfile.read(length) if length > 0 else b"")
-
-    def _reply(self, body: bytes | None) -> None:
-        status, payload, then = respond(self.command, self.path.split("?", 1)[0], body)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-        if then is not None:
-            then()
-
-    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
-        log.debug("%s " + format, self.address_string(), *args)
-
-
-class _Server(ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-    context: ssl.SSLContext
-
-    def finish_request(self, request, client_address) -> None:
-        # The TLS handshake runs in this connection's own thread, never in the accept loop.
-        try:
-            request = self.context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address, exc)
-            return
-        super().finish_request(request, client_address)
-
-
-def serve(host: str, port: int, cert: Path, key: Path, stop: threading.Event | None = None,
-          ready: Callable[[], None] | None = None) -> None:
-    """HTTPS until ``stop`` is set (or for ever). ``ready`` runs once the socket listens:
-    registering before that sends the api-server's first calls nowhere (and with
-    ``failurePolicy: Fail``, the writes they guard fail)."""
-    server = _Server((host, port), _Handler)
-    try:
-        server.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        server.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        server.context.load_cert_chain(str(cert), str(key))
-        if ready is not None:
-            ready()
-        log.info("admission webhooks on https://%s:%d (/validate, /mutate, /convert)", host,
-                 port)
-        if stop is None:
-            server.serve_forever()
-            return
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        stop.wait()
-        server.shutdown()
-    finally:
-        server.server_close()

@@ -14,19 +14,23 @@ conversion (the test suite's shared server); ``--only admission`` just the two c
 ``register --print`` writes the
 configurations as YAML instead of applying them; ``manifests`` writes ``deploy/webhook/``'s
 generated part (ServiceAccount, read-only ClusterRole, configurations for cert-manager).
+
+``serve`` runs gunicorn's threaded worker (``reconcilers.webhookserver``): ``--workers``,
+``--threads``, ``--max-connections`` (beyond: the listen ``--backlog``), ``--request-timeout``
+(a request's handshake, headers, body and answer), ``--keepalive`` (idle connections); the
+certificate files are reloaded when they change. SIGTERM stops it gracefully.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from pathlib import Path
 
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import kube, webhooks
+from reconcilers import kube, webhookserver, webhooks
 from reconcilers.resources import autodiscover
 
 
@@ -66,6 +70,26 @@ class Command(BaseCommand):
         serve.add_argument("--register", action="store_true",
                            help="register at https://HOST:PORT while serving, delete on exit")
         self._registration_options(serve)
+        held = webhookserver.Options()
+        serve.add_argument("--workers", type=int, default=held.workers,
+                           help="worker processes (default %(default)s)")
+        serve.add_argument("--threads", type=int, default=held.threads,
+                           help="requests served at once per worker (default %(default)s)")
+        serve.add_argument("--max-connections", type=int, default=held.max_connections,
+                           help="open connections per worker; more wait in the listen backlog "
+                                "(default %(default)s)")
+        serve.add_argument("--backlog", type=int, default=held.backlog,
+                           help="connections queued past the bound before the kernel refuses "
+                                "(default %(default)s)")
+        serve.add_argument("--request-timeout", type=float, default=held.request_timeout,
+                           help="seconds a request has for its TLS handshake, headers, body "
+                                "and answer (default %(default)s)")
+        serve.add_argument("--keepalive", type=int, default=held.keepalive,
+                           help="seconds an idle kept-alive connection stays open "
+                                "(default %(default)s)")
+        serve.add_argument("--graceful-timeout", type=int, default=held.graceful_timeout,
+                           help="seconds a stopping server finishes what it serves "
+                                "(default %(default)s)")
 
     @staticmethod
     def _registration_options(parser, selectors: bool = True) -> None:
@@ -150,6 +174,8 @@ class Command(BaseCommand):
 
     def _serve(self, bind: str, port: int, cert: Path | None, key: Path | None,
                certs_dir: Path | None, host: list[str], register: bool, name: str,
+               workers: int, threads: int, max_connections: int, backlog: int,
+               request_timeout: float, keepalive: int, graceful_timeout: int,
                **options) -> None:
         ca = None
         if cert is None or key is None:
@@ -163,9 +189,15 @@ class Command(BaseCommand):
         if register and (ca is None or not host):
             raise CommandError("--register needs --certs-dir and --host (the CA it registers "
                                "and the address the api-server calls)")
-        stop = threading.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
+        if min(workers, threads, max_connections, backlog, keepalive) < 1 \
+                or not 0 < request_timeout:
+            raise CommandError("--workers, --threads, --max-connections, --backlog, "
+                               "--keepalive and --request-timeout must be positive")
+        held = webhookserver.Options(
+            workers=workers, threads=threads, max_connections=max_connections, backlog=backlog,
+            request_timeout=request_timeout, keepalive=keepalive,
+            graceful_timeout=graceful_timeout)
+        stop = threading.Event()  # ends the late registrations when the server stops
         url = f"https://{_url_host(host[0])}:{port}" if host else ""
         previous: dict[str, dict] = {}
         later = None
@@ -188,7 +220,7 @@ class Command(BaseCommand):
                               f"({len(webhooks.hooked_resources())} resource(s))")
 
         try:
-            webhooks.serve(bind, port, cert, key, stop=stop, ready=listening)
+            webhookserver.serve(bind, port, cert, key, options=held, ready=listening)
         finally:
             stop.set()
             if later is not None:
