@@ -256,14 +256,18 @@ def observe_lost_run(reconciler: str) -> None:
 def observe_request(method: str, url: str, code: int | str, seconds: float) -> None:
     """One api-server call: its status (``"<error>"`` for none) and its time to the answer's
     headers, as client-go's REST client records them."""
-    host = _host(url)
-    rest_client_requests_total.labels(str(code), method, host).inc()
-    rest_client_request_duration_seconds.labels(method, host).observe(seconds)
+    count, duration = _request_series(method, url, code)
+    count.inc()
+    duration.observe(seconds)
 
 
-@functools.lru_cache(maxsize=16)
-def _host(url: str) -> str:
-    return urlsplit(url).netloc
+@functools.lru_cache(maxsize=256)
+def _request_series(method: str, url: str, code: int | str) -> tuple:
+    """The two series of a call (every call pays this: a look-up, not ``labels()``'s checks).
+    The children are prometheus_client's, which follow a fork to the child's files."""
+    host = urlsplit(url).netloc
+    return (rest_client_requests_total.labels(str(code), method, host),
+            rest_client_request_duration_seconds.labels(method, host))
 
 
 def leader_status(lease: str, leading: bool) -> None:
