@@ -270,6 +270,15 @@ def _request_series(method: str, url: str, code: int | str) -> tuple:
             rest_client_request_duration_seconds.labels(method, host))
 
 
+def initialise_webhook(path: str) -> None:
+    """A served webhook path's series at 0, as controller-runtime's ``InstrumentedHook``
+    starts them (the likeliest codes, 200 and 500)."""
+    for code in ("200", "500"):
+        webhook_requests_total.labels(path, code)
+    webhook_latency_seconds.labels(path)
+    webhook_requests_in_flight.labels(path)
+
+
 def leader_status(lease: str, leading: bool) -> None:
     """This process leads (1) or stands by (0) for ``lease``."""
     leader_election_master_status.labels(lease).set(1.0 if leading else 0.0)

@@ -62,6 +62,7 @@ metrics.initialise(["a.example.com", "b.example.com"])
 metrics.observe_run("b.example.com", "gone", 0.01, retry=False)
 metrics.observe_run("b.example.com", "skipped", 0.01, retry=False)
 metrics.observe_run("b.example.com", "permanent", 0.01, retry=False)
+metrics.initialise_webhook("/validate-x")
 depth = metrics.Computed(lambda: [("workqueue_depth", "", ["name"], [(("b.example.com",), 2)])])
 body = metrics.exposition([depth])[0].decode()
 print(json.dumps([[s.name, s.labels, s.value] for f in text_string_to_metric_families(body)
@@ -117,3 +118,15 @@ def test_a_scrape_carries_the_serving_process_figures():
     names = {name for name, _ in _fresh_samples()}
     assert {"process_cpu_seconds_total", "process_resident_memory_bytes",
             "process_open_fds", "process_start_time_seconds", "python_info"} <= names
+
+
+def test_a_webhook_path_starts_with_controller_runtimes_series():
+    samples = _fresh_samples()
+    hook = {"webhook": "/validate-x"}
+    for code in ("200", "500"):
+        assert samples[("controller_runtime_webhook_requests_total",
+                        frozenset({**hook, "code": code}.items()))] == 0
+    assert samples[("controller_runtime_webhook_latency_seconds_count",
+                    frozenset(hook.items()))] == 0
+    assert samples[("controller_runtime_webhook_requests_in_flight",
+                    frozenset(hook.items()))] == 0
