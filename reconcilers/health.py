@@ -4,8 +4,10 @@
 me", so it checks nothing outside the process. ``/readyz`` answers 200 only when PostgreSQL,
 Redis and the api-server answer, and names every check in its JSON body, so whoever reads a 503
 sees which dependency is down. The checks run concurrently, each bounded by
-``OPERATOR_HEALTH_TIMEOUT``: a black-holed dependency cannot hang the probe. Error details go
-to the log, not into the unauthenticated response.
+``OPERATOR_HEALTH_TIMEOUT``: a black-holed dependency cannot hang the probe. They ask over
+connections each process keeps for them (``probes.check_database``, ``check_redis``; the
+shared api-server client), never new ones per probe. Error details go to the log, not into
+the unauthenticated response.
 
 The worker and watcher checks run inside their own containers (compose healthchecks):
 
