@@ -285,6 +285,11 @@ def test_web_serves_the_metrics_of_what_it_did(client, redis_client):
                for s in f.samples}
     assert _value(samples, "workqueue_adds_total", name=PROBE) >= 1
     assert _value(samples, "operator_messages_sent_total", name=PROBE) >= 1
+    # Its other reconcilers are there too, at 0, and its own process figures.
+    quiet = "probes.finalizing.operator.local"
+    assert ("workqueue_adds_total", frozenset({"name": quiet}.items())) in samples
+    assert _value(samples, "workqueue_adds_total", name=quiet) == 0
+    assert ("process_resident_memory_bytes", frozenset()) in samples
 
 
 def test_a_workers_json_log_lines_join_the_history_record(operator, kube):
