@@ -35,8 +35,9 @@ def _free_port() -> int:
 
 
 class Webhooks:
-    def __init__(self, start_process, tmp: Path, namespace: str):
-        self.start_process, self.namespace = start_process, namespace
+    def __init__(self, start_process, tmp: Path, namespace: str,
+                 settings: str = "tests.settings"):
+        self.start_process, self.namespace, self.settings = start_process, namespace, settings
         self.dir = tmp / "webhook"
         self.port = _free_port()
         self.name = f"wh-{namespace}"
@@ -49,7 +50,7 @@ class Webhooks:
         out = subprocess.run([sys.executable, "manage.py", "webhook", *args], cwd=REPO,
                              capture_output=True, text=True, timeout=120,
                              env={**__import__("os").environ,
-                                  "DJANGO_SETTINGS_MODULE": "tests.settings"})
+                                  "DJANGO_SETTINGS_MODULE": self.settings})
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
@@ -64,11 +65,13 @@ class Webhooks:
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
 
-    def start(self) -> None:
+    def start(self, *flags: str, cert_dir: Path | None = None) -> None:
+        where = cert_dir or self.dir
         self.proc = self.start_process("webhook", [
             sys.executable, "manage.py", "webhook", "serve", "--bind", "127.0.0.1",
-            "--port", str(self.port), "--cert", str(self.dir / "tls.crt"),
-            "--key", str(self.dir / "tls.key")])
+            "--port", str(self.port), "--cert", str(where / "tls.crt"),
+            "--key", str(where / "tls.key"), *flags],
+            env={"DJANGO_SETTINGS_MODULE": self.settings})
 
         def answers() -> bool:
             try:
@@ -77,14 +80,15 @@ class Webhooks:
                 return False
         wait_for(answers, 30, "the webhook server")
 
-    def register(self, failure_policy: str = "Fail", only: str | None = "admission") -> None:
+    def register(self, failure_policy: str = "Fail", only: str | None = "admission",
+                 ca: Path | None = None) -> None:
         """Admission only by default; ``only=None`` points the Gauge CRD's conversion here
         too, handed back to its previous server at the end of the test."""
         if only != "admission" and self.previous is None:
             from reconcilers import kube, webhooks
             self.previous = webhooks.conversion_configs(kube.api_client(), CONVERTING)
         self.manage("register", "--url", f"https://127.0.0.1:{self.port}",
-                    "--ca", str(self.dir / "ca.crt"), "--name", self.name,
+                    "--ca", str(ca or self.dir / "ca.crt"), "--name", self.name,
                     "--failure-policy", failure_policy, "--timeout", "5",
                     "--namespace-label", f"webhook-test={self.namespace}",
                     *(["--only", only] if only else []))
@@ -96,18 +100,28 @@ class Webhooks:
                                          f"https://127.0.0.1:{self.port}")
 
 
-@pytest.fixture
-def webhooks(kube, namespace, start_process, tmp_path, redis_client):
+def served(kube, namespace: str, start_process, tmp_path: Path,
+           settings: str = "tests.settings", *flags: str, register: bool = True):
+    """A webhook server for this test's namespace alone (its configurations select the
+    namespace by a label), unregistered when the test ends."""
     crds.apply_manifest(kube, FOO_CRD)
     client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {
         "webhook-test": namespace}}})
-    hooks = Webhooks(start_process, tmp_path, namespace)
+    hooks = Webhooks(start_process, tmp_path, namespace, settings)
     hooks.manage("certs", "--dir", str(hooks.dir), "--host", "127.0.0.1")
-    hooks.start()
-    hooks.register()
-    yield hooks
-    hooks.manage("unregister", "--name", hooks.name)
-    hooks.hand_back()
+    hooks.start(*flags)
+    try:
+        if register:
+            hooks.register()
+        yield hooks
+    finally:
+        hooks.manage("unregister", "--name", hooks.name)
+        hooks.hand_back()
+
+
+@pytest.fixture
+def webhooks(kube, namespace, start_process, tmp_path, redis_client):
+    yield from served(kube, namespace, start_process, tmp_path)
 
 
 def foo(name: str, deployment: str, **spec) -> dict:
@@ -367,3 +381,73 @@ def test_a_converting_crd_installed_after_the_server_started_is_registered_then_
         wait_for(lambda: name not in {c.metadata.name for c in
                                       extensions.list_custom_resource_definition().items},
                  60, "the test CRD to go")
+
+
+# --- hooks on a built-in kind, and on deletion --------------------------------------------------
+
+
+@pytest.fixture
+def deployment_hooks(kube, namespace, start_process, tmp_path, redis_client):
+    """The server with ``tests.webhookapp``'s ``Webhook`` on Deployments."""
+    yield from served(kube, namespace, start_process, tmp_path, "tests.webhook_settings")
+
+
+def _deployment(name: str, image: str, **annotations: str) -> dict:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "c", "image": image}]}}}}
+
+
+def test_a_deployment_webhook_declared_in_python_judges_writes_and_deletions(
+        kube, namespace, deployment_hooks):
+    """A ``Webhook`` class on apps/v1 Deployments, registered like the CRDs' hooks: the
+    api-server calls its default() and validate() on writes and validate_delete() on
+    DELETE (operations CREATE, UPDATE, DELETE), scoped to this namespace."""
+    from tests.webhookapp.resources import PROTECTED
+
+    apps = client.AppsV1Api(kube)
+    validating = client.AdmissionregistrationV1Api(kube).read_validating_webhook_configuration(
+        f"{deployment_hooks.name}-validate")
+    rules = {w.name: w.rules[0] for w in validating.webhooks}
+    assert rules["validate.deployments.apps"].operations == ["CREATE", "UPDATE", "DELETE"]
+
+    def defaulted() -> bool:
+        got = apps.create_namespaced_deployment(namespace, _deployment("probe", "nginx:1.27"),
+                                                dry_run="All")
+        return got.metadata.labels.get("webhook-test/policy") == "checked"
+    wait_for(defaulted, 30, "the Deployment webhooks to be called")
+
+    with pytest.raises(client.ApiException) as err:
+        apps.create_namespaced_deployment(namespace, _deployment("loose", "nginx:latest"))
+    assert err.value.status == 422
+    assert json.loads(err.value.body)["message"] == (
+        'admission webhook "validate.deployments.apps" denied the request: '
+        "spec.template.spec.containers: image 'nginx:latest': pin a tag")
+
+    kept = apps.create_namespaced_deployment(
+        namespace, _deployment("kept", "nginx:1.27", **{PROTECTED: "true"}))
+    assert kept.metadata.labels["webhook-test/policy"] == "checked"
+    with pytest.raises(client.ApiException) as err:
+        apps.delete_namespaced_deployment("kept", namespace)
+    assert err.value.status in (400, 422)
+    assert f"Deployment kept is protected: remove the {PROTECTED} annotation first" in \
+        json.loads(err.value.body)["message"]
+    assert apps.read_namespaced_deployment("kept", namespace).metadata.deletion_timestamp is None
+
+    apps.patch_namespaced_deployment("kept", namespace,
+                                     {"metadata": {"annotations": {PROTECTED: None}}})
+    apps.delete_namespaced_deployment("kept", namespace)
+
+    def gone() -> bool:
+        try:
+            apps.read_namespaced_deployment("kept", namespace)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+    wait_for(gone, 30, "the unprotected Deployment to go")
+    calls = WebhookCall.objects.filter(resource="deployments.apps", namespace=namespace,
+                                       name="kept", operation="DELETE")
+    wait_for(lambda: {c.allowed for c in calls} == {False, True}, 10, "the DELETE records")
