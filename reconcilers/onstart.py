@@ -17,8 +17,9 @@ string alone would miss a change to a user's own app. Code the reconciler reache
 those (another installed package, an environment variable read directly) is not in it.
 
 The pass enqueues through the ledger, so a key already queued or running is merged, never run
-twice at once; the fingerprint is stored only once every key is in the ledger, so a leader that
-dies mid-pass leaves the next one to do it again.
+twice at once, and it leaves out keys this leader's streams already enqueued (a relist of a
+cold cache enqueues everything): each object runs once. The fingerprint is stored only once
+every key is in the ledger, so a leader that dies mid-pass leaves the next one to do it again.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from typing import Any, Iterable, Protocol
 from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 
 from . import cache, workqueue
 from .conf import settings
-from .models import RegisteredReconciler, Trigger
+from .models import RegisteredReconciler, Trigger, WorkItem
 from .spec import Reconciler
 from .vocab import GVR, Key, split_object_path
 
@@ -139,6 +141,7 @@ class StartPass:
         self.always = mode() == "always"
         self.fingerprints = {cls.name(): (cls, fingerprint(cls)) for cls in reconcilers}
         self.pending: dict[str, tuple[type[Reconciler], str]] | None = None  # read at 1st call
+        self.began: Any = None  # the database's clock when this leader's pass began
         self.enqueued = 0
 
     def __call__(self, streams: list[_Stream]) -> None:
@@ -151,6 +154,9 @@ class StartPass:
 
     def _due(self, streams: list[_Stream]) -> None:
         if self.pending is None:
+            with connection.cursor() as cursor:  # the clock enqueued_at is written by
+                cursor.execute("SELECT now()")
+                self.began = cursor.fetchone()[0]
             done = dict(RegisteredReconciler.objects.values_list("name", "start_fingerprint"))
             self.pending = {name: (cls, fp) for name, (cls, fp) in self.fingerprints.items()
                             if self.always or done.get(name) != fp}
@@ -158,7 +164,10 @@ class StartPass:
             primary = [s for s in streams if s.gvr == cls.primary()]
             if not primary or not all(s.synced for s in primary):
                 continue
-            keys = _cached_keys(name, primary)
+            already = set(WorkItem.objects.filter(reconciler=name, enqueued_at__gte=self.began)
+                          .values_list("namespace", "name"))
+            keys = [k for k in _cached_keys(name, primary)
+                    if (k.namespace, k.name) not in already]
             workqueue.add(keys, Trigger.START)
             RegisteredReconciler.objects.filter(name=name).update(start_fingerprint=fp)
             del self.pending[name]

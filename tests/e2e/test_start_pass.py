@@ -71,3 +71,16 @@ def test_a_restart_that_changed_nothing_makes_no_start_pass_unless_always(kube, 
     _restart(operator, RECONCILERS_RECONCILE_ON_START="always")
     wait_for(lambda: _start_runs() >= passes + len(NAMES), 60,
              "every object reconciled at start in the `always` mode")
+
+
+def test_a_first_leader_runs_each_existing_object_once(kube, namespace, operator):
+    """Its relist enqueues every object already; the start pass must not add a second run."""
+    for name in NAMES:
+        create(kube, namespace, name, value=1)
+    operator.start_watcher(PROBE)
+    operator.start_worker(concurrency=4, pool="threads")
+    wait_for(lambda: ReconcileRecord.objects.filter(reconciler=PROBE).count() >= len(NAMES), 60,
+             "every probe reconciled")
+    time.sleep(3)  # the pass runs within a second of the stream syncing
+    runs = sorted(ReconcileRecord.objects.filter(reconciler=PROBE).values_list("name", flat=True))
+    assert runs == sorted(NAMES), runs
