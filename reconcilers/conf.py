@@ -47,6 +47,11 @@ class Settings:
     history_days: int = _s(14, "History older than this many days is pruned (0 = keep).")
     history_per_key: int = _s(500, "At most this many history rows are kept per key "
                                    "(0 = no limit).")
+    abandoned_runs_max: int = _s(4, "Thread-pool workers: a run still going at its hard "
+                                    "limit (blocked outside Python) is recorded as an error, "
+                                    "retried with backoff, and its thread abandoned and "
+                                    "replaced; past this many abandoned threads still stuck, "
+                                    "the worker drains and exits.")
     enqueue_batch: int = _s(1000, "Keys per statement when a relist or resync enqueues many.")
     keys_per_message: int = _s(16, "When many keys of one reconciler are due at once (a "
                                    "relist, a stream of events), up to this many share a "

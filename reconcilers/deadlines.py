@@ -3,13 +3,16 @@
 The prefork pool enforces ``RunLimits`` itself (a signal at the soft limit, the child process
 ended at the hard one). In the thread pool - the default layout, one light process for many
 runs - this module does it: one watchdog thread per process raises the soft-limit exception
-in the run's own thread (between two Python instructions, as a signal would), and a run still
-going at the hard limit ends the whole worker process, as prefork ends its child. The runs
-that process held are then retried through the ledger once their leases expire (the reaper
-records them as "worker lost"); a key never runs twice at once, and nothing is lost.
-
-A thread blocked inside C (a ``time.sleep``, a socket read without a timeout) only sees the
-soft-limit exception when it returns to Python, so such a run meets the hard limit instead.
+in the run's own thread (between two Python instructions, as a signal would). A thread blocked
+inside C (a ``time.sleep``, a socket read without a timeout) only sees that exception when it
+returns to Python, so such a run can still be going at the hard limit. It is then abandoned,
+not fatal to its neighbours: the run's ``abandon`` (``runner``) records it as an error, releases
+its key for a retry with backoff and fences its writes, and the run pool replaces its thread,
+which is left to finish on its own. Only when more than ``RECONCILERS_ABANDONED_RUNS_MAX``
+abandoned threads are still stuck does the process drain (a warm shutdown: it stops taking
+messages and lets the runs in flight finish) and exit - a process full of stuck threads is
+better restarted. A run that offers no ``abandon`` still ends the process, as prefork ends its
+child; the runs that process held are retried once their leases expire.
 In the main thread (a prefork child, the solo pool, tests calling the runner) ``guard`` does
 nothing: there the pool, or nobody, enforces the deadline - except for a message carrying
 several keys (``everywhere``), whose keys each keep their own deadline.
@@ -26,7 +29,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,9 @@ class _Run:
     label: str
     soft_at: float
     hard_at: float
+    abandon: Callable[[], None] | None = None
     signalled: bool = False
+    abandoned: bool = False
 
 
 _runs: dict[int, _Run] = {}
@@ -73,15 +78,17 @@ def everywhere() -> Iterator[None]:
 
 
 @contextmanager
-def guard(label: str, soft: float, hard: float) -> Iterator[None]:
+def guard(label: str, soft: float, hard: float,
+          abandon: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold the calling thread to ``soft``/``hard`` seconds from now (pool threads only,
-    unless inside ``everywhere``)."""
+    unless inside ``everywhere``). At ``hard``, ``abandon`` is called in a thread of its own
+    when given (the calling thread is then left to itself), else the process ends."""
     if (threading.current_thread() is threading.main_thread()
             and not getattr(_local, "everywhere", False)):
         yield
         return
     ident, now = threading.get_ident(), time.monotonic()
-    run = _Run(label, now + soft, now + hard)
+    run = _Run(label, now + soft, now + hard, abandon)
     backstop = threading.current_thread() is threading.main_thread() and _backstop(hard)
     with _lock:
         _runs[ident] = run
@@ -123,11 +130,25 @@ def _watch() -> None:
         now = time.monotonic()
         with _lock:
             for ident, run in _runs.items():
-                if now >= run.hard_at:
-                    _end_process(run)
+                if now >= run.hard_at and not run.abandoned:
+                    if run.abandon is None:
+                        _end_process(run)
+                    run.abandoned = True
+                    threading.Thread(target=run.abandon, name=f"abandon:{run.label}",
+                                     daemon=True).start()
                 if not run.signalled and now >= run.soft_at:
                     run.signalled = True
                     _raise_in(ident, soft_limit_error)
+
+
+def drain_and_exit(reason: str) -> None:
+    """A warm shutdown of this worker (Celery's answer to SIGTERM: stop consuming, let the runs
+    in flight finish, exit), for a process too full of stuck threads to be worth keeping."""
+    import signal
+
+    log.critical("%s: draining worker process %d and exiting (its supervisor restarts it)",
+                 reason, os.getpid())
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _end_process(run: _Run) -> None:

@@ -19,11 +19,12 @@ it pairs each transition with the sending of its messages.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import threading
 import time
-from dataclasses import dataclass
-import json
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from django.db import connection, transaction
@@ -79,9 +80,16 @@ class Claim:
     # the lease ends in the database: past it the reaper may already have given the key to
     # another run, so this one must stop writing.
     held_until: float = math.inf
+    # Set when the run is abandoned past its hard limit (``runner``): its record is written
+    # and its key released for a retry, so whatever the stuck thread does next must not write.
+    released: threading.Event = field(default_factory=threading.Event, compare=False,
+                                      repr=False)
 
     def check_held(self) -> None:
         """Raise ``LeaseLost`` once the lease may have passed (a fence before every write)."""
+        if self.released.is_set():
+            raise LeaseLost(f"{self.key}: the run was abandoned past its deadline and its key "
+                            "released, so it stops here")
         if time.monotonic() >= self.held_until:
             raise LeaseLost(f"{self.key}: the run outlived its lease; its key may be running "
                             "elsewhere, so it stops here")

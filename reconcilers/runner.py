@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 deadline_errors: set[str] = set()
 
 
+class RunAbandoned(TimeoutError):
+    """A run still going at its hard limit in a thread-pool worker: blocked outside Python (a
+    sleep, a socket without a timeout), where the soft limit's exception cannot reach it."""
+
+
 @dataclass(frozen=True)
 class RunReport:
     """What happened to one message."""
@@ -274,9 +279,17 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
     started = utcnow()
     t0 = time.perf_counter()
     backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
-    with deadlines.guard(str(key), limits.soft, limits.hard):
+    on_hard = None
+    if (release := runpool.abandonable()) is not None:  # a run thread: abandoned if stuck
+        start = _RunStart(started, t0, worker, task_id)
+        on_hard = lambda: _abandon(claim, limits, backoff, start, release)  # noqa: E731
+    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard):
         done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
                        fence=claim.check_held)
+    if claim.released.is_set():  # abandoned: its record is written, its key released
+        log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped",
+                    key, time.perf_counter() - t0)
+        return RunReport(dropped=True)
     decision, seen = done.decision, done.seen
     duration = time.perf_counter() - t0
     if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
@@ -303,6 +316,45 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
                     decision.error_message)
     return RunReport(outcome=decision.outcome, error=decision.error_message,
                      record_id=record_id, follow_up=follow_up)
+
+
+@dataclass(frozen=True)
+class _RunStart:
+    """What an abandonment knows of the run it abandons."""
+
+    started: object
+    t0: float
+    worker: str
+    task_id: str
+
+
+def _abandon(claim: Claim, limits: RunLimits, backoff: Backoff, run: _RunStart,
+             release: runpool.Abandon) -> None:
+    """Past the hard limit, in a thread of its own: record the run as an error, release its
+    key for a retry with backoff, fence its writes, and hand its place in the pool to a new
+    thread; the stuck one is left to finish on its own. Too many still stuck: drain and exit."""
+    claim.released.set()  # from here the stuck run's writes raise LeaseLost
+    error = RunAbandoned(
+        f"run deadline of {limits.soft:g}s exceeded and still running at the hard limit "
+        f"({limits.hard:g}s): blocked outside Python (a sleep, a socket read without a "
+        "timeout), where the interruption cannot reach it; its thread was abandoned and "
+        "replaced, and the key is retried with backoff")
+    decision = decide(attempts=claim.attempts, backoff=backoff, error=error)
+    facts = history.RunFacts(started=run.started, duration=time.perf_counter() - run.t0,
+                             worker=run.worker, task_id=run.task_id, phase="reconcile")
+    record_id, follow_up = None, None
+    try:
+        record_id, follow_up = _finish(claim, decision, facts)
+        metrics.observe_run(claim.key.reconciler, decision.outcome, facts.duration, retry=True)
+    finally:
+        connection.close()  # this thread's own
+        stuck = release(RunReport(outcome=decision.outcome, error=decision.error_message,
+                                  record_id=record_id, follow_up=follow_up))
+    log.error("%s: abandoned past its hard limit (%g s); %d abandoned run thread(s) of this "
+              "process still stuck", claim.key, limits.hard, stuck)
+    if stuck > settings().abandoned_runs_max:
+        deadlines.drain_and_exit(f"{stuck} abandoned run threads still stuck (more than "
+                                 "RECONCILERS_ABANDONED_RUNS_MAX)")
 
 
 def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,

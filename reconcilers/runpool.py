@@ -17,13 +17,17 @@ happen:
 Either way a run that is ending may take up the next waiting key itself (``take_next``): the
 runner then ends one run and claims the next in one statement, as client-go's worker calls
 ``Done`` and then ``Get``.
+
+A run thread stuck past its run's hard limit is abandoned (``abandonable``): the run's outcome
+is handed to whoever waits for it, a new thread takes its place in the line, and the stuck one
+ends when - if ever - its run returns.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from . import deadlines
@@ -48,9 +52,20 @@ class Waiting(Generic[T]):
         try:
             result = self.fn(self.item, self.taken)
         except BaseException as exc:  # noqa: BLE001 - the waiting thread re-raises it
-            self.future.set_exception(exc)
+            self.settle(exception=exc)
         else:
-            self.future.set_result(result)
+            self.settle(result)
+
+    def settle(self, result: Any = None, exception: BaseException | None = None) -> bool:
+        """Hand the outcome to whoever waits, unless an abandonment already did."""
+        try:
+            if exception is not None:
+                self.future.set_exception(exception)
+            else:
+                self.future.set_result(result)
+            return True
+        except InvalidStateError:
+            return False
 
 
 class _Line:
@@ -60,10 +75,24 @@ class _Line:
         self.waiting: collections.deque[Waiting] = collections.deque()
         self.ready = threading.Condition()
         self.stopped = False
-        self.threads = [threading.Thread(target=self._work, name=f"run-{i}", daemon=True)
-                        for i in range(size)]
-        for thread in self.threads:
-            thread.start()
+        self.abandoned: set[threading.Thread] = set()  # stuck, replaced, not yet returned
+        self.started = 0
+        for _ in range(size):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._work, name=f"run-{self.started}", daemon=True)
+        self.started += 1
+        thread.start()
+
+    def abandon(self, thread: threading.Thread) -> int:
+        """Replace ``thread``, stuck in a run; it ends when that run returns. Returns how many
+        abandoned threads are still stuck."""
+        with self.ready:
+            if thread not in self.abandoned:
+                self.abandoned.add(thread)
+                self._start_thread()
+            return len(self.abandoned)
 
     def put(self, entries: Sequence[Waiting]) -> None:
         with self.ready:
@@ -81,6 +110,8 @@ class _Line:
 
     def _work(self) -> None:
         _local.next = self.pop
+        _local.line = self
+        me = threading.current_thread()
         while True:
             with self.ready:
                 while not self.waiting and not self.stopped:
@@ -90,6 +121,13 @@ class _Line:
                 entry: Waiting | None = self.waiting.popleft()
             while entry is not None:
                 entry = _run_taking(entry)
+                with self.ready:
+                    if me in self.abandoned:  # replaced while stuck: its successor works on
+                        self.abandoned.discard(me)
+                        if entry is not None:  # never taken by an abandoned run; put back
+                            self.waiting.appendleft(entry)
+                            self.ready.notify()
+                        return
 
 
 _local = threading.local()
@@ -124,11 +162,35 @@ def take_next() -> Waiting | None:
 def _run_taking(entry: Waiting) -> Waiting | None:
     """Run ``entry``; returns the entry its run took up next, if any."""
     _local.taken = None
+    _local.current = entry
     try:
         entry.run()
     finally:
         taken, _local.taken = _local.taken, NOT_TAKEN
+        _local.current = None
     return taken
+
+
+class Abandon:
+    """What abandoning the calling run thread takes, captured on that thread."""
+
+    def __init__(self, line: _Line, entry: Waiting, thread: threading.Thread) -> None:
+        self.line, self.entry, self.thread = line, entry, thread
+
+    def __call__(self, result: Any) -> int:
+        """Hand ``result`` to whoever waits for the run, replace its thread; returns how many
+        abandoned threads of this process are still stuck."""
+        self.entry.settle(result)
+        return self.line.abandon(self.thread)
+
+
+def abandonable() -> Abandon | None:
+    """From inside a run on a run thread: how to abandon it should it get stuck; None where
+    runs are not on run threads (a prefork child: the pool ends it)."""
+    line, entry = getattr(_local, "line", None), getattr(_local, "current", None)
+    if line is None or entry is None:
+        return None
+    return Abandon(line, entry, threading.current_thread())
 
 
 def run_all(fn: Callable[[T, Any], R], items: Sequence[T]) -> list[R]:
