@@ -130,7 +130,9 @@ class CertificatePair:
         return True, f"certificate valid until {self.not_after.isoformat()}"
 
 
-_pair: CertificatePair | None = None  # this process's pair (set by serve, copied by fork)
+# What serve() settles before the workers fork, and they inherit.
+_pair: CertificatePair | None = None
+_request_timeout: float = Options.request_timeout
 
 
 def readiness() -> tuple[bool, str]:
@@ -290,9 +292,6 @@ class Worker(gthread.ThreadWorker):
 def _peer(conn) -> str:
     client = getattr(conn, "client", None)
     return f"{client[0]}:{client[1]}" if isinstance(client, tuple) else str(client)
-
-
-_request_timeout = Options.request_timeout
 
 
 # --- the gunicorn master, in this process ----------------------------------------------------
