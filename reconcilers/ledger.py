@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 
 TABLE = WorkItem._meta.db_table
 
+# Every statement that locks several rows locks them in this order, the unique index's: two
+# statements that took the same rows in two orders (enqueue by key, the reaper by id) could each
+# hold a row the other waits for, and PostgreSQL ends one of them with a deadlock error.
+LOCK_ORDER = "reconciler, namespace, name"
+
 
 class Dispatch(NamedTuple):
     key: Key
@@ -131,7 +136,7 @@ WITH input AS (
     SELECT DISTINCT reconciler, namespace, name
     FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
         AS t(reconciler, namespace, name)
-    ORDER BY reconciler, namespace, name  -- rows are locked in one order: no deadlocks
+    ORDER BY {LOCK_ORDER}  -- rows are locked in one order: no deadlocks
 )
 INSERT INTO {TABLE} AS w (
     reconciler, namespace, name, state, token, dirty, paused, attempts,
@@ -395,7 +400,8 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
        older than ``redispatch_after`` is sent again.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
-    Rows are locked in id order, as by every other multi-row statement: no deadlocks.
+    Rows are locked in key order, as by every other statement that locks several rows (see
+    ``LOCK_ORDER``): no deadlocks.
     """
     backlog = backlog or Backlog({})
     with transaction.atomic(), _cursor() as cursor:
@@ -413,7 +419,7 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
                 last_finished_at = now(), worker = ''
             WHERE id IN (SELECT id FROM {TABLE}
                          WHERE state = 'running' AND lease_expires_at < now()
-                         ORDER BY id FOR UPDATE)
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
             RETURNING reconciler, namespace, name, token, attempts, pending_triggers
             """,
             {"base": backoff.base, "cap": backoff.cap},
@@ -428,7 +434,7 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
                                 OR dispatched_at < now() - make_interval(secs => %(after)s
                                     + coalesce((%(waited)s::jsonb ->> reconciler)::float8,
                                                %(other)s)))
-                         ORDER BY id FOR UPDATE)
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
             RETURNING reconciler, namespace, name, token
             """,
             {"after": redispatch_after, "waited": json.dumps(dict(backlog.waited)),
@@ -443,7 +449,7 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
                          WHERE state = 'backoff' AND NOT paused AND due_at <= now()
                            AND (dispatched_at IS NULL
                                 OR due_at < now() - make_interval(secs => %(after)s))
-                         ORDER BY id FOR UPDATE)
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
             RETURNING reconciler, namespace, name, token
             """,
             {"after": redispatch_after},
@@ -486,7 +492,7 @@ def forget_gone(older_than: float) -> int:
                 WHERE state = 'idle' AND last_outcome = 'gone' AND NOT paused
                   AND cardinality(pending_triggers) = 0
                   AND last_finished_at < now() - make_interval(secs => %s)
-                ORDER BY id FOR UPDATE SKIP LOCKED)
+                ORDER BY {LOCK_ORDER} FOR UPDATE SKIP LOCKED)
             """,
             [older_than],
         )
@@ -516,7 +522,7 @@ def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
                 JOIN unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
                   ON x.reconciler = k.r AND x.namespace = k.ns AND x.name = k.n
                 WHERE x.paused <> %(paused)s
-                ORDER BY x.id FOR UPDATE OF x)
+                ORDER BY {LOCK_ORDER} FOR UPDATE OF x)
             RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now()
             """,
             {"paused": paused, "r": [k.reconciler for k in keys],

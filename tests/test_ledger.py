@@ -411,3 +411,61 @@ def test_the_ledgers_statements_are_prepared_once_per_connection_unless_turned_o
     else:
         assert statements == []
     assert WorkItem.objects.get(name="a").state == "idle"
+
+
+def _keys_in_reverse_id_order(n: int) -> list[Key]:
+    """``n`` keys whose rows were created last-key-first: id order is the reverse of key
+    order, as after objects are created in any order the watcher does not choose."""
+    keys = [key(f"k{i:04d}") for i in range(n)]
+    for k in reversed(keys):
+        ledger.enqueue([k], "added")
+    return keys
+
+
+def _race(*steps) -> list[BaseException]:
+    """Run each step in its own thread - its own database connection - all at once; return
+    what they raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(steps))
+
+    def run(step) -> None:
+        try:
+            start.wait()
+            step()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in steps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
+@pytest.mark.slow
+def test_enqueue_and_pause_over_the_same_rows_never_deadlock():
+    """Both statements lock many rows; locked in two orders (keys by name, the other by id),
+    PostgreSQL finds a deadlock within a few rounds and kills one of them."""
+    keys = _keys_in_reverse_id_order(400)
+
+    def enqueue() -> None:
+        for _ in range(30):
+            ledger.enqueue(keys, "modified")
+
+    def pause() -> None:
+        for i in range(30):
+            ledger.set_paused(keys, i % 2 == 0)
+
+    assert _race(enqueue, pause) == []
+
+
+@pytest.mark.slow
+def test_enqueue_and_reap_over_the_same_rows_never_deadlock():
+    keys = _keys_in_reverse_id_order(400)
+    for _ in range(15):
+        WorkItem.objects.update(state="running", lease_expires_at="2000-01-01T00:00:00Z",
+                                worker="gone", paused=False)
+        assert _race(lambda: ledger.enqueue(keys, "modified"), reap) == []
