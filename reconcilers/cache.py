@@ -242,6 +242,12 @@ def resume_point(gvr: GVR, namespace: str | None, stream: str) -> str | None:
     return resource_version if kept == stream and resource_version else None
 
 
+def drop_synced(gvr: GVR, namespace: str | None) -> None:
+    """Forget that ``namespace`` (None: every namespace) is listed: runs read the api-server
+    there until a stream lists it again (``scopes``: nobody keeps it any more)."""
+    get_redis().delete(_synced_key(gvr, namespace))
+
+
 def keep_synced(gvr: GVR, namespace: str | None) -> bool:
     """Extend the marker; False when it is gone (Redis lost the cache): relist."""
     return bool(get_redis().expire(_synced_key(gvr, namespace), SYNCED_TTL))

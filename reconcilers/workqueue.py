@@ -36,6 +36,7 @@ from . import ledger, metrics
 from .conf import settings
 from .decision import Decision
 from .ledger import Backlog, Claim, ClaimRequest, Dispatch, LeaseLost, Reaped, Row
+from .models import State, WorkItem
 from .vocab import Key
 
 __all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "LeaseLost", "Reaped", "Row", "add",
@@ -218,6 +219,23 @@ def pause(keys: Sequence[Key], paused: bool) -> int:
 def forget_gone(older_than: float = 3600.0) -> int:
     """Drop the ledger rows of objects gone for an hour (beat, with history pruning)."""
     return ledger.forget_gone(older_than)
+
+
+def forget_outside(covered: dict[str, set[str] | None]) -> int:
+    """Drop the rows of keys no watcher covers (``scopes``): for each reconciler some
+    deployment runs, its keys in namespaces none of them watches - unless running (the run
+    ends first; the next reap forgets it). A message still on its way then finds no row and
+    is dropped as stale."""
+    forgotten = 0
+    for reconciler, namespaces in covered.items():
+        if namespaces is None:
+            continue
+        forgotten += (WorkItem.objects.filter(reconciler=reconciler)
+                      .exclude(namespace__in=namespaces).exclude(state=State.RUNNING)
+                      .delete()[0])
+    if forgotten:
+        log.warning("forgot %d keys in namespaces no watcher covers any more", forgotten)
+    return forgotten
 
 
 def reap(backlog: Backlog | None = None) -> Reaped:

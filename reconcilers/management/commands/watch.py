@@ -14,8 +14,8 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import (broker, checks, crds, leader, onstart, periodic, probes, watch,
-                         workqueue)
+from reconcilers import (broker, cache, checks, crds, leader, onstart, periodic, probes,
+                         scopes, watch, workqueue)
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -107,6 +107,7 @@ class Command(BaseCommand):
                 periodic.Sender(periodic.schedule(), broker.send_periodic,
                                 until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity)
+            self._announce(classes, stop)
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and not elector.is_leader.is_set()), identity=identity,
@@ -117,6 +118,33 @@ class Command(BaseCommand):
         if campaign is not None:
             campaign.join(10)  # its Lease released, so a successor leads at once
         self.stdout.write("watch stopped")
+
+    def _announce(self, classes: list, stop: threading.Event) -> None:
+        """Record what this deployment covers now (``scopes``) and drop the synced markers of
+        what it stopped covering, before the first run reads from the cache."""
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                conf = settings()
+                previous = scopes.announce(conf.lease_name,
+                                           scopes.of(classes, conf.namespace_list))
+                for name, namespaces in scopes.dropped(previous).items():
+                    if name not in registry:
+                        continue
+                    cls = registry.get_class(name)
+                    for gvr in {cls.primary(), *(o.gvr() for o in cls.owns),
+                                *(w.gvr() for w in cls.watches)}:
+                        for namespace in namespaces:
+                            cache.drop_synced(gvr, namespace)
+                    self.stdout.write(f"{name}: no longer watching "
+                                      f"{', '.join(n or 'every namespace' for n in namespaces)}"
+                                      "; its keys there are forgotten")
+                return
+            except Exception as exc:
+                self.stderr.write(f"could not announce this watcher's scope "
+                                  f"({type(exc).__name__}: {exc}); retrying in {delay:.1f}s")
+                stop.wait(delay)
+                delay = min(delay * 2, 10.0)
 
     def _replay(self, streams: list, stop: threading.Event) -> None:
         """Replay the journal before streaming, waiting out a Redis outage: the entries there
