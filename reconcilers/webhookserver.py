@@ -26,9 +26,11 @@ socket listens, before the workers fork; SIGTERM stops it gracefully and returns
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import logging
 import os
+import resource
 import socket
 import ssl
 import sys
@@ -47,6 +49,8 @@ from . import metrics, webhooks
 
 log = logging.getLogger(__name__)
 
+# Files a worker keeps open besides its connections: listeners, logs, database, api-server.
+FILES_OF_OUR_OWN = 64
 # gthread's "no data yet, wait on the poller" answer of handle(); its deadline carries over.
 _DEFER = getattr(gthread, "_DEFER", object())
 
@@ -57,7 +61,7 @@ class Options:
 
     workers: int = 1  # processes; each runs its own threads
     threads: int = 16  # requests served at once per worker
-    max_connections: int = 256  # open connections per worker; more wait in the backlog
+    max_connections: int = 1000  # open connections per worker (gunicorn's default); more wait
     backlog: int = 128  # connections the kernel queues past the bound before refusing
     request_timeout: float = 32.0  # handshake + request + answer, from being picked up
     keepalive: int = 90  # idle seconds before a kept-alive connection is closed
@@ -230,8 +234,32 @@ class Worker(gthread.ThreadWorker):
         self._deadlines: dict[int, tuple[float, int, gthread.TConn]] = {}
         self._deadlines_lock = threading.Lock()
         self._request_timeout = _request_timeout  # set by serve() before the fork
+        self._said_full = 0.0  # when running out of files was last logged
+        self._fit_connections_to_open_files()
         count_from_zero()
         super().init_process()
+
+    def _fit_connections_to_open_files(self) -> None:
+        """A bound above the open-file limit would turn into failed accepts: lower it to what
+        the limit leaves besides the process's own files."""
+        limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        room = limit - FILES_OF_OUR_OWN
+        if limit != resource.RLIM_INFINITY and self.worker_connections > room:
+            log.warning("webhook server: %d connections asked, the open-file limit (%d) "
+                        "leaves room for %d", self.worker_connections, limit, max(room, 1))
+            self.worker_connections = max(room, 1)
+            self.max_keepalived = self.worker_connections - self.cfg.threads
+
+    def accept(self, listener) -> None:
+        try:
+            super().accept(listener)
+        except OSError as exc:  # the connection waits in the backlog, the worker lives
+            if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                raise
+            if time.monotonic() - self._said_full > 10:
+                self._said_full = time.monotonic()
+                log.warning("webhook server cannot accept now: %s", exc)
+            time.sleep(0.1)
 
     def enqueue_req(self, conn) -> None:
         if not conn.initialized:  # a new connection: its first byte is due in time too
