@@ -45,28 +45,48 @@ _WAKE = object()  # put on the enqueuer's queue to make it look at its stop flag
 
 class Enqueuer(threading.Thread):
     """Drains keys into batched work-queue adds (one per trigger), then clears the journal
-    entries of the changes those keys came from (``cache.journal``)."""
+    entries of the changes those keys came from (``cache.journal``).
 
-    def __init__(self, stop: threading.Event):
+    Its line is bounded (``BACKLOG``): while PostgreSQL is down the streams wait at ``put``
+    rather than pile up changes without end - the api-server keeps the events meanwhile (or
+    a relist finds them). Stopping drops what still waits: the journal holds those changes
+    for the next leader."""
+
+    BACKLOG = 20_000
+
+    def __init__(self, stop: threading.Event, backlog: int = BACKLOG):
         super().__init__(daemon=True, name="enqueuer")
         # (key, trigger), (None, change): a change all of whose keys were put before it, or
         # _WAKE.
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.Queue = queue.Queue(maxsize=backlog)
         self.stop_event = stop
         self.batches = 0
         self.puts = 0  # keys put so far: tells whether more came in while a batch was written
 
     def put(self, key: Key, trigger: str) -> None:
         self.puts += 1
-        self.queue.put((key, trigger))
+        self._put((key, trigger))
 
     def stop(self) -> None:
         """Finish what is queued, then end (now, not at the next poll)."""
         self.stop_event.set()
-        self.queue.put(_WAKE)
+        try:
+            self.queue.put_nowait(_WAKE)
+        except queue.Full:  # it is busy, and will look at its stop flag
+            pass
 
     def done(self, change: cache.Change) -> None:
-        self.queue.put((None, change))
+        self._put((None, change))
+
+    def _put(self, item: tuple) -> None:
+        """Wait for room while the line is full, until stopped."""
+        while True:
+            try:
+                self.queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if self.stop_event.is_set():
+                    return  # the journal keeps the change for the next leader
 
     def run(self) -> None:
         try:
@@ -388,9 +408,24 @@ def _scope(path: str) -> tuple[str | None, str]:
     return namespace or None, name
 
 
+HEARTBEAT_KEPT = 600.0  # seconds a departed watcher's field stays in the heartbeat hash
+_beats = 0
+
+
 def heartbeat(identity: str) -> None:
+    """Write this watcher's beat; every minute or so, drop the fields of watchers gone for
+    ``HEARTBEAT_KEPT`` (each start adds a field: the hash would grow with every restart)."""
+    global _beats
     try:
-        cache.get_redis().hset(HEARTBEAT_KEY, identity, time.time())
+        r = cache.get_redis()
+        now = time.time()
+        r.hset(HEARTBEAT_KEY, identity, now)
+        _beats += 1
+        if _beats % 60 == 1:
+            stale = [f for f, beat in r.hgetall(HEARTBEAT_KEY).items()
+                     if now - float(beat) > HEARTBEAT_KEPT]
+            if stale:
+                r.hdel(HEARTBEAT_KEY, *stale)
     except Exception as exc:
         log.warning("heartbeat failed: %s", exc)
 

@@ -228,3 +228,33 @@ def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
         assert stream.router.skipped == 1
     finally:
         api.close()
+
+
+def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
+    """While PostgreSQL is down nothing drains it: a stream waits at ``put`` instead of piling
+    up changes without end, and a stop releases it (the journal keeps what was not put)."""
+    import time
+
+    from reconcilers.vocab import Key
+
+    stop = threading.Event()
+    enqueuer = watch.Enqueuer(stop, backlog=3)  # never started: nothing drains it
+    for i in range(3):
+        enqueuer.put(Key("configmaps", "ns", f"k{i}"), "added")
+    blocked = threading.Thread(target=enqueuer.put, args=(Key("configmaps", "ns", "k3"), "added"))
+    blocked.start()
+    time.sleep(1)
+    assert blocked.is_alive() and enqueuer.queue.qsize() == 3
+    enqueuer.stop()
+    blocked.join(2)
+    assert not blocked.is_alive()
+
+
+def test_the_heartbeat_hash_forgets_watchers_long_gone(redis_client):
+    import time
+
+    redis_client.hset(watch.HEARTBEAT_KEY, "host:1:gone", time.time() - watch.HEARTBEAT_KEPT - 5)
+    redis_client.hset(watch.HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
+    watch._beats = 0
+    watch.heartbeat("host:3:me")
+    assert set(redis_client.hkeys(watch.HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}
