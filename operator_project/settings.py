@@ -8,6 +8,7 @@ own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/conf.py``.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -107,6 +108,36 @@ if not _database_url:
     _database_url = "postgres://operator:operator@127.0.0.1:15432/operator"
 DATABASES = {"default": parse_database_url(
     _database_url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True)}
+
+
+def _database_timeouts(options: dict) -> dict:
+    """Bounds on every wait for PostgreSQL (libpq's parameters; the URL's query wins).
+
+    Without them a black-holed database (packets dropped, its host gone) holds a run, the
+    reaper and a leader's step-down for the kernel's retransmission time, about 15 minutes:
+    ``connect_timeout`` bounds a connect, keepalives notice a silent peer of an idle
+    connection and ``tcp_user_timeout`` one that stops acknowledging a statement, both in
+    ``DATABASE_DEAD_PEER_TIMEOUT``; ``statement_timeout`` ends a statement stuck on the server
+    (behind a lock). ``migrate`` may rewrite a large table: it gets its own bound, none unless
+    ``DATABASE_MIGRATE_STATEMENT_TIMEOUT`` says. A pooler that refuses the ``options`` startup
+    parameter (PgBouncer) needs ``DATABASE_STATEMENT_TIMEOUT=0`` and the bound set on its side.
+    """
+    dead_peer = env_float("DATABASE_DEAD_PEER_TIMEOUT", 30.0)
+    statement = env_float("DATABASE_STATEMENT_TIMEOUT", 60.0)
+    if sys.argv[1:2] == ["migrate"]:  # manage.py migrate, django-admin migrate
+        statement = env_float("DATABASE_MIGRATE_STATEMENT_TIMEOUT", 0.0)
+    bounded = {"connect_timeout": max(2, env_int("DATABASE_CONNECT_TIMEOUT", 5))}
+    if dead_peer > 0:
+        bounded.update(keepalives=1, keepalives_idle=max(1, round(dead_peer / 3)),
+                       keepalives_interval=max(1, round(dead_peer / 6)), keepalives_count=4,
+                       tcp_user_timeout=round(dead_peer * 1000))
+    if statement > 0 and "statement_timeout" not in options.get("options", ""):
+        extra = f"-c statement_timeout={round(statement * 1000)}"
+        bounded["options"] = f"{options['options']} {extra}" if options.get("options") else extra
+    return {**options, **{k: v for k, v in bounded.items() if k == "options" or k not in options}}
+
+
+DATABASES["default"]["OPTIONS"] = _database_timeouts(DATABASES["default"].get("OPTIONS", {}))
 
 # The project's own migrations (admin roles) live in the top-level ``migrations/`` package; the
 # reconcilers app carries its schema migrations inside itself, as in any other project.
