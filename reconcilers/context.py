@@ -8,6 +8,7 @@ so a write based on a stale copy fails with 409 Conflict and the key is retried 
 
 from __future__ import annotations
 
+import base64
 import copy
 import logging
 from typing import Any, Callable, Iterable, Mapping
@@ -78,13 +79,14 @@ class Lister:
 
         From the cache when the watcher keeps that resource in full; a kind cached as
         metadata only is read from the api-server, and so is a miss in a cache narrowed by a
-        selector (the object may exist outside it)."""
+        selector (the object may exist outside it). A Secret always comes from the
+        api-server: the cache never holds its data."""
         gvr = self.resource(api_version, kind, plural)
         ns = namespace or ""
         scope = ns if gvr.namespaced else None
         kept = self._scopes.get((api_version, kind), CacheScope())
         if ((api_version, kind) in self._watched and not kept.metadata_only
-                and cache.is_synced(gvr, scope)):
+                and not _is_secret(gvr) and cache.is_synced(gvr, scope)):
             found = cache.get(gvr, scope, name)
             if found is not None or kept.whole:
                 return found
@@ -111,15 +113,17 @@ class Lister:
             if declared is None:
                 raise LookupError(f"no Index {index[0]!r} over {api_version} {kind} is "
                                   f"declared on this reconciler")
-        objs = self._list_cached(gvr, scope, index) if (api_version, kind) in self._watched \
-            else None
+        objs = self._list_cached(gvr, scope, index) \
+            if (api_version, kind) in self._watched and not _is_secret(gvr) else None
         if objs is None:
             query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} \
                 if labels else None
             items = kube.request(self.api, "GET", gvr.path(scope), query=query).get("items")
-            # As the cache holds them: with apiVersion and kind, sanitised.
-            objs = [cache.sanitize({"apiVersion": gvr.api_version, "kind": gvr.kind, **o})
-                    for o in items or []]
+            # As the cache holds them: with apiVersion and kind, sanitised (a Secret keeps
+            # its data: the run asked for it).
+            objs = [{"apiVersion": gvr.api_version, "kind": gvr.kind, **o} for o in items or []]
+            if not _is_secret(gvr):
+                objs = [cache.sanitize(o) for o in objs]
             if declared is not None:
                 objs = [o for o in objs if index[1] in declared.values(o)]
         if labels:
@@ -135,6 +139,22 @@ class Lister:
         if not cache.is_synced(gvr, scope):
             return None
         return list(cache.objects(gvr, scope).values())
+
+
+def _is_secret(gvr: GVR) -> bool:
+    return gvr.group == "" and gvr.kind == "Secret"
+
+
+def _secret_data(desired: dict) -> dict:
+    """A Secret's ``stringData`` as ``data`` (base64), as the api-server stores it: what
+    exists can then be compared with what is wanted, and an unchanged Secret is not
+    written again."""
+    strings = desired.pop("stringData", None)
+    if strings:
+        desired["data"] = {**(desired.get("data") or {}),
+                           **{k: base64.b64encode(str(v).encode()).decode()
+                              for k, v in strings.items()}}
+    return desired
 
 
 class Expectations:
@@ -226,6 +246,8 @@ class Context:
         desired = copy.deepcopy(desired)
         meta = desired.setdefault("metadata", {})
         gvr = self.lister.resource(desired["apiVersion"], desired["kind"], plural)
+        if _is_secret(gvr):
+            desired = _secret_data(desired)
         if gvr.namespaced:
             meta.setdefault("namespace", self.key.namespace)
         meta["ownerReferences"] = [self.owner_reference()]
