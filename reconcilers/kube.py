@@ -21,6 +21,9 @@ import json
 import math
 import os
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from importlib import metadata
 from typing import Any, Iterator
 from urllib.parse import urlencode
 
@@ -73,6 +76,31 @@ RETRY = _Retry(total=1, connect=0, read=1, other=1, status=0, redirect=False,
                respect_retry_after_header=False, raise_on_status=False)
 
 ApiClient = client.ApiClient  # the official client: what ``api_client()`` returns
+
+try:
+    USER_AGENT = f"django-crd-operator/{metadata.version('django-crd-operator')}"
+except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    USER_AGENT = "django-crd-operator"
+
+# The run this thread is acting for, sent in every call's User-Agent: the api-server's audit
+# log then names the run behind each write, so an outside checker (the soak's) can tell
+# whether two runs of one key ever wrote at once without trusting the operator's own tables.
+_run_identity: ContextVar[str | None] = ContextVar("run_identity", default=None)
+
+
+@contextmanager
+def acting_for_run(identity: str) -> Iterator[None]:
+    """Calls made inside carry ``(run <identity>)`` in their User-Agent."""
+    reset = _run_identity.set(identity)
+    try:
+        yield
+    finally:
+        _run_identity.reset(reset)
+
+
+def user_agent() -> str:
+    run = _run_identity.get()
+    return f"{USER_AGENT} (run {run})" if run else USER_AGENT
 
 
 def _credentials(configuration: client.Configuration) -> dict[str, str]:
@@ -203,7 +231,7 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     configuration = api.configuration
     # Credentials first: the kubeconfig loader's refresh hook also sets the host back.
     headers = {**api.default_headers, "Accept": accept, "Content-Type": content_type,
-               **_credentials(configuration)}
+               "User-Agent": user_agent(), **_credentials(configuration)}
     url = configuration.host + path
     if query:
         url += "?" + urlencode(list(query.items()))

@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -283,7 +284,9 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
     if (release := runpool.abandonable()) is not None:  # a run thread: abandoned if stuck
         start = _RunStart(started, t0, worker, task_id)
         on_hard = lambda: _abandon(claim, limits, backoff, start, release)  # noqa: E731
-    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard):
+    # Every api-server call of this run names it (User-Agent): the audit log shows who wrote.
+    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard), \
+            kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
         done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
                        fence=claim.check_held)
     if claim.released.is_set():  # abandoned: its record is written, its key released
