@@ -47,6 +47,11 @@ class StackConfig:
         return self.state_dir / "pki"
 
     @property
+    def audit_log(self) -> Path:
+        """The api-server's audit log (JSON lines; ``controlplane.AUDIT_POLICY``)."""
+        return self.log_dir / "kube-apiserver-audit.log"
+
+    @property
     def kubeconfig(self) -> Path:
         return self.state_dir / "kubeconfig"
 
