@@ -43,7 +43,7 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 # Resources the framework itself reads and writes.
-EVENTS = GVR("", "v1", "events", "Event")
+EVENTS = GVR("events.k8s.io", "v1", "events", "Event")  # core/v1 shows the same objects
 LEASES = GVR("coordination.k8s.io", "v1", "leases", "Lease")
 CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
            namespaced=False)

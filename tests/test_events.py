@@ -23,10 +23,13 @@ def _events(api, namespace):
 def test_an_event_is_written_about_the_object(api, namespace, configmap, redis_client):
     events.record(api, configmap, events.WARNING, "Broken", "it broke")
     (event,) = _events(api, namespace)
-    assert (event["type"], event["reason"], event["message"], event["count"]) == (
-        "Warning", "Broken", "it broke", 1)
-    assert event["involvedObject"]["uid"] == configmap["metadata"]["uid"]
-    assert event["source"]["component"] == events.COMPONENT
+    assert (event["type"], event["reason"], event["note"], event.get("series")) == (
+        "Warning", "Broken", "it broke", None)
+    assert event["regarding"]["uid"] == configmap["metadata"]["uid"]
+    assert event["reportingController"] == events.COMPONENT
+    # kubectl get/describe read core/v1: the same Event, there too.
+    (core,) = kube.request(api, "GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert (core["message"], core["involvedObject"]["name"]) == ("it broke", "involved")
 
 
 def test_repeats_are_counted_in_redis_and_written_at_most_once_per_interval(
@@ -34,11 +37,11 @@ def test_repeats_are_counted_in_redis_and_written_at_most_once_per_interval(
     for _ in range(20):
         events.record(api, configmap, events.WARNING, "Broken", "again")
     (event,) = _events(api, namespace)
-    assert event["count"] == 1  # 19 repeats cost Redis increments, not API writes
+    assert event.get("series") is None  # 19 repeats cost Redis increments, not API writes
     redis_client.delete(*redis_client.keys("operator:event-write:*"))  # the interval passes
     events.record(api, configmap, events.WARNING, "Broken", "again")
     (event,) = _events(api, namespace)
-    assert event["count"] == 21
+    assert event["series"]["count"] == 21
 
 
 def test_a_failure_to_record_an_event_is_logged_not_raised(api, configmap, caplog):

@@ -110,7 +110,7 @@ def test_merge_patch_and_server_side_apply(api, namespace):
 
 def test_the_framework_resources_have_their_paths():
     assert kube.LEASES.path("ns", "l") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
-    assert kube.EVENTS.path("ns") == "/api/v1/namespaces/ns/events"
+    assert kube.EVENTS.path("ns") == "/apis/events.k8s.io/v1/namespaces/ns/events"
     assert kube.CRDS.path(None, "a.b") == (
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/a.b")
 

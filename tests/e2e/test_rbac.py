@@ -232,7 +232,7 @@ def test_the_namespaced_roles_allow_what_the_operator_does_and_nothing_outside(
             for verb in ("get", "list", "watch", "create", "patch", "delete"):
                 assert _can(kube, sa, verb, "deployments", ns, "apps"), (verb, ns)
             for verb in ("create", "patch"):
-                assert _can(kube, sa, verb, "events", ns), (verb, ns)
+                assert _can(kube, sa, verb, "events", ns, "events.k8s.io"), (verb, ns)
             assert not _can(kube, sa, "delete", "foos", ns, SAMPLES), ns
             assert not _can(kube, sa, "get", "secrets", ns), ns
             assert not _can(kube, sa, "get", "leases", ns, "coordination.k8s.io", name=lease)
@@ -247,9 +247,9 @@ def test_the_namespaced_roles_allow_what_the_operator_does_and_nothing_outside(
         for verb in ("get", "list", "create", "patch", "delete"):
             assert not _can(kube, sa, verb, "deployments", elsewhere, "apps"), verb
             assert not _can(kube, sa, verb, "foos", elsewhere, SAMPLES), verb
-        assert not _can(kube, sa, "create", "events", elsewhere)
+        assert not _can(kube, sa, "create", "events", elsewhere, "events.k8s.io")
         assert not _can(kube, sa, "update", "foos", elsewhere, SAMPLES, "finalizers")
-        for resource, group in (("deployments", "apps"), ("foos", SAMPLES), ("events", ""),
+        for resource, group in (("deployments", "apps"), ("foos", SAMPLES), ("events", "events.k8s.io"),
                                 ("leases", "coordination.k8s.io")):
             assert not _can(kube, sa, "list", resource, "", group), resource
         # Cluster-scoped: only the CRDs the samples' watcher installs, by name.
@@ -307,7 +307,7 @@ def test_cluster_scoped_needs_go_in_the_cluster_role_and_the_rest_in_each_role(s
     assert {"nonResourceURLs": ["/version"], "verbs": ["get"]} in by[("ClusterRole", None)]
     assert resources(by[("Role", "team-a")]) == {"configmaps", "events", "secrets"}
     # Events of a cluster-scoped object are filed in ``default``.
-    assert by[("Role", "default")] == [{"apiGroups": [""], "resources": ["events"],
+    assert by[("Role", "default")] == [{"apiGroups": ["events.k8s.io"], "resources": ["events"],
                                         "verbs": ["create", "patch"]}]
     assert resources(by[("Role", "ops")]) == {"leases"}
     # Watching every namespace, all of it in one ClusterRole, the declared rules as declared.
