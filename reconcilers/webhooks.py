@@ -126,9 +126,20 @@ def _covers(pem: bytes, hosts: Sequence[str]) -> bool:
 
 
 def hooked_resources() -> list:
-    """The resource classes with hooks, then the ``Webhook`` classes (other kinds)."""
-    return [r for registry in (default_registry, admission.webhook_registry)
-            for r in registry if admission.hooked(r)]
+    """The resource classes with hooks, then the ``Webhook`` classes (other kinds). A
+    ``Webhook`` on a kind a resource class declares is an error: their hooks would be two
+    webhooks of one name."""
+    ours = [r for r in default_registry if admission.hooked(r)]
+    others = [w for w in admission.webhook_registry if admission.hooked(w)]
+    declared = {r._meta.crd_name for r in default_registry}
+    twice = [w for w in others if w._meta.crd_name in declared]
+    if twice:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"{twice[0].__qualname__} hooks {twice[0]._meta.crd_name}, which a resource class "
+            f"declares: give the resource class its default()/validate() instead")
+    return ours + others
 
 
 def configurations(resources: Iterable, *, ca_bundle: bytes | None,

@@ -160,3 +160,22 @@ def test_a_webhook_class_must_name_its_kind():
 
             class Meta:
                 registry = None
+
+
+def test_a_webhook_class_on_a_kind_a_resource_declares_is_refused(monkeypatch):
+    class Keepsakes(Webhook):
+        group, version, kind = "kinds.test.local", "v1", "Keepsake"
+
+        class Meta:
+            registry = None
+
+        def validate(self, old, request):
+            return []
+
+    kinds, resources = Registry(), Registry()
+    kinds.register(Keepsakes)
+    resources.register(Keepsake)
+    monkeypatch.setattr(admission, "webhook_registry", kinds)
+    monkeypatch.setattr(webhooks, "default_registry", resources)
+    with pytest.raises(ImproperlyConfigured, match="which a resource class declares"):
+        webhooks.hooked_resources()
