@@ -30,8 +30,9 @@ from . import workqueue
 from .conf import RunLimits
 from .registry import registry
 
-# Every message carries the time it was sent, so the reaper can tell how long the oldest one
-# still waiting in a queue has waited (``tasks.broker_backlog``).
+# Every message of the ledger carries the time the ledger dispatched it, by the database's
+# clock (``Dispatch.at``), so the reaper can tell which keys were sent before the oldest one
+# still waiting in a queue (``tasks.broker_backlog``) without comparing two hosts' clocks.
 SENT_AT = "x-sent-at"
 UNREGISTERED_TASK = "reconcilers.reconcile_unregistered"
 UNREGISTERED_LIMITS = (90, 60)  # (hard, soft) seconds: what that task records takes at most
@@ -90,7 +91,7 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
     else:
         task, queue, time_limits = UNREGISTERED_TASK, None, UNREGISTERED_LIMITS
     _send(task, task_id, kwargs, repr(kwargs), queue, time_limits,
-          countdown=dispatch.countdown or None)
+          countdown=dispatch.countdown or None, sent_at=_sent_at([dispatch]))
 
 
 def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
@@ -109,18 +110,25 @@ def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None
     backstop = (len(dispatches) + 1) * hard
     keys = [[str(d.key), d.token] for d in dispatches]
     _send(task_name(name), task_id, {"keys": keys}, f"{{'keys': <{len(keys)} keys>}}",
-          cls.queue, (backstop + hard, backstop))
+          cls.queue, (backstop + hard, backstop), sent_at=_sent_at(dispatches))
+
+
+def _sent_at(dispatches: Sequence[workqueue.Dispatch]) -> float:
+    """The oldest of the message's dispatches, by the database's clock; one the ledger did
+    not make (no ``at``) by this host's."""
+    stamps = [d.at for d in dispatches if d.at is not None]
+    return min(stamps) if len(stamps) == len(dispatches) else time.time()
 
 
 def send_periodic(task: str) -> None:
     """Send one of the periodic tasks (``periodic.schedule``) now: the leading watcher's
-    stand-in for beat."""
+    stand-in for beat. No ``SENT_AT``: the reaper counts it as just sent."""
     _send(task, str(uuid.uuid4()), {}, "{}", None, (None, None), ignore_result=None)
 
 
 def _send(task: str, task_id: str, kwargs: dict, kwargsrepr: str, queue: str | None,
           time_limits: tuple[float | None, float | None], countdown: float | None = None,
-          ignore_result: bool | None = True) -> None:
+          ignore_result: bool | None = True, sent_at: float | None = None) -> None:
     """Every message: stamped with its send time, retried briefly when the broker blinks, in
     the open batch if any, with its arguments' log form given (Celery's ``saferepr`` of them
     costs as much as the rest of the publish). ``time_limits`` is ``(hard, soft)``; ``None``
@@ -132,7 +140,8 @@ def _send(task: str, task_id: str, kwargs: dict, kwargsrepr: str, queue: str | N
         options["ignore_result"] = ignore_result
     app().send_task(
         task, kwargs=kwargs, task_id=task_id, countdown=countdown, kwargsrepr=kwargsrepr,
-        argsrepr="()", headers={SENT_AT: time.time()}, time_limit=time_limits[0],
+        argsrepr="()", headers={} if sent_at is None else {SENT_AT: sent_at},
+        time_limit=time_limits[0],
         soft_time_limit=time_limits[1], retry=True, retry_policy=PUBLISH_RETRY,
         producer=getattr(_local, "producer", None), add_to_parent=False, **options)
 

@@ -49,6 +49,9 @@ class Dispatch(NamedTuple):
     key: Key
     token: int
     countdown: float | None = None
+    # When the ledger dispatched it, by the database's clock (epoch seconds): the message's
+    # send time, which the reaper compares with ``dispatched_at`` - one clock on both sides.
+    at: float | None = None
 
 
 class Row(NamedTuple):
@@ -165,7 +168,8 @@ ON CONFLICT (reconciler, namespace, name) DO UPDATE SET
 -- A row this statement moved to queued has dispatched_at = now() (the transaction's clock).
 -- A concurrent enqueue in the same microsecond may also report it: a duplicate message,
 -- which the token check in claim() drops.
-RETURNING w.reconciler, w.namespace, w.name, w.token, (w.state = 'queued' AND w.dispatched_at = now())
+RETURNING w.reconciler, w.namespace, w.name, w.token, (w.state = 'queued' AND w.dispatched_at = now()),
+          extract(epoch FROM now())
 """
 
 
@@ -190,7 +194,8 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
                 "audit": audit,
             })
             dispatches.extend(
-                Dispatch(Key(r, ns, n), token) for r, ns, n, token, send in _fetch(cursor) if send
+                Dispatch(Key(r, ns, n), token, at=float(at))
+                for r, ns, n, token, send, at in _fetch(cursor) if send
             )
     return dispatches
 
@@ -319,14 +324,15 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
                 last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
             WHERE id = %(id)s AND token = %(token)s AND state = 'running'
-            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched
+            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
+                extract(epoch FROM now()) AS at
             """
     params = {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
               "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
               "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
               "token": claim_.token, "debounce": debounce}
     # Data-modifying CTEs all run to completion, read or not, and must be at the top level.
-    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched"], "f"
+    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched", "f.at"], "f"
     if record is not None:
         names = ", ".join(f'"{c}"' for c in record.columns)
         values = ", ".join(f'p."{c}"' for c in record.columns)
@@ -359,12 +365,14 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
     if row is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
                         "re-queued the key", next_claim=next_claim)
-    state, token, dispatched = row[:3]
-    record_id = row[3] if record is not None else 0
+    state, token, dispatched, at = row[:4]
+    record_id = row[4] if record is not None else 0
     if state == State.QUEUED:
-        return Dispatch(claim_.key, token, countdown=debounce or None), record_id, next_claim
+        return (Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
+                record_id, next_claim)
     if state == State.BACKOFF and dispatched:
-        return Dispatch(claim_.key, token, countdown=decision.delay), record_id, next_claim
+        return (Dispatch(claim_.key, token, countdown=decision.delay, at=float(at)),
+                record_id, next_claim)
     return None, record_id, next_claim
 
 
@@ -378,11 +386,13 @@ class Reaped:
 
 @dataclass(frozen=True)
 class Backlog:
-    """How long, in seconds, the oldest message still waiting in the broker has waited, for
-    each reconciler's queue (``other``: every reconciler not named). 0 for an empty queue."""
+    """When the oldest message still waiting in the broker was sent, for each reconciler's
+    queue (``other``: every reconciler not named): its ``Dispatch.at``, the database's clock
+    in epoch seconds. ``None``: an empty queue, or a message the ledger did not stamp (it
+    counts as just sent)."""
 
-    waited: Mapping[str, float]
-    other: float = 0.0
+    sent: Mapping[str, float | None]
+    other: float | None = None
 
 
 def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None) -> Reaped:
@@ -397,7 +407,9 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
        claimed it -> send again, once per ``redispatch_after``. A backlog that is merely
        waiting is never multiplied, and nothing else the broker holds (stale messages, beat's
        own, runs in progress) can hide a loss. ``None``: the broker cannot tell; anything
-       older than ``redispatch_after`` is sent again.
+       older than ``redispatch_after`` is sent again. Both times are the database's
+       (``dispatched_at``, and the message's ``Dispatch.at``): the hosts that send messages
+       and the one that reaps may disagree on the time, by any amount.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
     Rows are locked in key order, as by every other statement that locks several rows (see
@@ -431,13 +443,15 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
             WHERE id IN (SELECT id FROM {TABLE}
                          WHERE state = 'queued' AND NOT paused
                            AND (dispatched_at IS NULL
-                                OR dispatched_at < now() - make_interval(secs => %(after)s
-                                    + coalesce((%(waited)s::jsonb ->> reconciler)::float8,
-                                               %(other)s)))
+                                OR dispatched_at < least(now(), CASE
+                                    WHEN %(sent)s::jsonb ? reconciler
+                                    THEN to_timestamp((%(sent)s::jsonb ->> reconciler)::float8)
+                                    ELSE to_timestamp(%(other)s::float8) END)
+                                    - make_interval(secs => %(after)s))
                          ORDER BY {LOCK_ORDER} FOR UPDATE)
-            RETURNING reconciler, namespace, name, token
+            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
             """,
-            {"after": redispatch_after, "waited": json.dumps(dict(backlog.waited)),
+            {"after": redispatch_after, "sent": json.dumps(dict(backlog.sent)),
              "other": backlog.other},
         )
         resend = _fetch(cursor)
@@ -450,14 +464,15 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
                            AND (dispatched_at IS NULL
                                 OR due_at < now() - make_interval(secs => %(after)s))
                          ORDER BY {LOCK_ORDER} FOR UPDATE)
-            RETURNING reconciler, namespace, name, token
+            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
             """,
             {"after": redispatch_after},
         )
         due = _fetch(cursor)
     lost_runs = [(Key(r, ns, n), [t for t in trig if t != "retry"], attempts)
                  for r, ns, n, _token, attempts, trig in lost]
-    dispatches = [Dispatch(Key(r, ns, n), token) for r, ns, n, token in resend + due]
+    dispatches = [Dispatch(Key(r, ns, n), token, at=float(at))
+                  for r, ns, n, token, at in resend + due]
     return Reaped(lost_runs, dispatches)
 
 
@@ -523,11 +538,12 @@ def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
                   ON x.reconciler = k.r AND x.namespace = k.ns AND x.name = k.n
                 WHERE x.paused <> %(paused)s
                 ORDER BY {LOCK_ORDER} FOR UPDATE OF x)
-            RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now()
+            RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now(),
+                extract(epoch FROM now())
             """,
             {"paused": paused, "r": [k.reconciler for k in keys],
              "ns": [k.namespace for k in keys], "n": [k.name for k in keys]},
         )
         rows = _fetch(cursor)
-    return [Dispatch(Key(r, ns, n), token) for r, ns, n, token, state, send in rows
-            if send and state == State.QUEUED]
+    return [Dispatch(Key(r, ns, n), token, at=float(at))
+            for r, ns, n, token, state, send, at in rows if send and state == State.QUEUED]

@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import time
 from typing import Iterator
 
 from celery import Task, bootsteps, current_app, shared_task, signals
@@ -135,12 +134,14 @@ def _periodic_connection() -> Iterator[None]:
 
 
 def broker_backlog() -> workqueue.Backlog | None:
-    """How long the oldest message still waiting in each reconciler's queue has waited.
+    """When the oldest message still waiting in each reconciler's queue was sent.
 
     Redis queues are lists, first in, first out: the oldest waiting message is the list's
-    tail, and its ``SENT_AT`` header says when it was sent. A message without one (another
-    sender's) counts as just sent, which can only make the reaper re-send sooner, never hide
-    a loss. ``None`` when the broker does not answer or keeps no lists (not Redis)."""
+    tail, and its ``SENT_AT`` header says when the ledger dispatched it, by the database's
+    clock - never this host's, which may disagree with the senders' by any amount. A message
+    without one (another sender's) counts as just sent, which can only make the reaper
+    re-send sooner, never hide a loss. ``None`` when the broker does not answer or keeps no
+    lists (not Redis)."""
     try:
         default = broker.default_queue()
         queue_of = {cls.name(): broker.queue_for(cls.name()) for cls in registry}
@@ -151,19 +152,18 @@ def broker_backlog() -> workqueue.Backlog | None:
         return None
     if oldest is None:
         return None
-    now = time.time()
-    waited = {queue: max(0.0, now - _sent_at(raw, now)) for queue, raw in oldest.items()}
-    return workqueue.Backlog({name: waited[q] for name, q in queue_of.items()},
-                             other=waited[default])
+    sent = {queue: _sent_at(raw) for queue, raw in oldest.items()}
+    return workqueue.Backlog({name: sent[q] for name, q in queue_of.items()},
+                             other=sent[default])
 
 
-def _sent_at(raw: bytes | None, now: float) -> float:
+def _sent_at(raw: bytes | None) -> float | None:
     if raw is None:
-        return now
+        return None
     try:
         return float(json.loads(raw)["headers"][broker.SENT_AT])
     except (ValueError, KeyError, TypeError):
-        return now
+        return None
 
 
 class WorkerProbes:
@@ -214,9 +214,13 @@ def _serve_worker_probes(sender, **_) -> None:
 
 
 def _scraped(body: bytes) -> None:
-    """Level 4's evidence: this scrape served these reconcilers' counts."""
+    """Level 4's evidence: this scrape served metric families reconcilers declare their own."""
+    served = capabilities.served_families(body)
+    own = [cls.name() for cls in registry if served & set(cls.metrics)]
+    if not own:
+        return
     try:
-        capabilities.record_scraped(metrics.reconcilers_counted(body))
+        capabilities.record_scraped(own)
     finally:
         db.connection.close()  # each scrape has its own thread, and so its own connection
 
