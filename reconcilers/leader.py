@@ -8,12 +8,23 @@ stops renewing. The rules, each from client-go:
   host's ``renewTime`` is never compared with this host's clock, so clock skew cannot make two
   leaders.
 - The leader keeps leading through failed renewals (an error, a 409, a slow api-server) until
-  ``renew_deadline`` has passed since its last successful renewal; every call is bounded by a
-  timeout well inside that deadline, so a hung renewal cannot keep it streaming past its lease.
+  ``renew_deadline`` has passed since the start of its last successful round; then it steps
+  down at once, even while a renewal is still waiting for an answer (a guard thread watches
+  the deadline, as client-go's renew loop runs under a context that ends at RenewDeadline).
+  Every call is bounded by a timeout well inside that deadline, so a round ends too. A round
+  counts from its start, not its answer: others see the renewal no earlier than it was sent.
 - Updates carry the Lease's resourceVersion, so two candidates can never both win the same
   term (the api-server rejects the stale write with 409).
 
-The ledger dedups anyway, so a brief overlap while leadership moves costs nothing but work.
+Each acquisition is a term: the Lease's ``leaseTransitions`` after it (``term``), which the
+api-server's ordering of conditional updates makes higher for every successor. ``fence``
+raises the shared cache's write fence to it (``cache.raise_fence``) before ``is_leader`` is
+set, so a paused predecessor's cache writes are refused from then on. A fence already above
+the term while this process holds the Lease means the Lease was deleted and made again (its
+count restarted): the term is moved above the fence by one more conditional update.
+
+The ledger dedups anyway, so a brief overlap while leadership moves costs nothing but work
+(an extra run); the cache, which a run reads, is what the term fences.
 
 One departure, for speed only: a standby also *watches* the Lease, so one released by a clean
 stop (a rolling update) is taken at once instead of at its next round - client-go polls, and
@@ -28,6 +39,7 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from typing import Callable
 
 from . import kube, metrics
 from .vocab import rfc3339, utcnow
@@ -40,7 +52,10 @@ class LeaderElector:
 
     def __init__(self, identity: str, namespace: str, name: str, lease_seconds: float = 15,
                  api=None, renew_deadline: float | None = None,
-                 retry_period: float | None = None, clock=time.monotonic):
+                 retry_period: float | None = None, clock=time.monotonic,
+                 fence: Callable[[int], int] | None = None):
+        """``fence(term)``: raise the write fence to ``term``, return the highest term it has
+        seen (``cache.raise_fence``); None: no fence (tests of the election alone)."""
         self.identity, self.namespace, self.name = identity, namespace, name
         self.lease_seconds = lease_seconds
         # client-go's defaults are 15 s / 10 s / 2 s: keep the same proportions.
@@ -53,7 +68,13 @@ class LeaderElector:
         self._clock = clock
         self._observed: tuple | None = None  # the Lease record last seen
         self._observed_at = 0.0  # local clock when it last changed
-        self._renewed_at = 0.0  # local clock of our last successful acquire/renew
+        self._renewed_at = 0.0  # local clock at the start of our last successful round
+        self.fence = fence
+        # The Lease's ``leaseTransitions`` when this process last acquired it; set before
+        # ``is_leader`` and changed only by an acquisition.
+        self.term: int | None = None
+        self._fenced: int | None = None  # the term the fence is known to have reached
+        self._lock = threading.Lock()  # ``is_leader`` is decided by the round or the guard
         self._answered_at: float | None = None  # local clock of the last round that got answers
         # Every call returns (or fails) well inside the renew deadline.
         self._timeout = (min(2.0, self.renew_deadline / 4), self.renew_deadline / 3)
@@ -74,6 +95,7 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round: True when this process holds the Lease afterwards."""
+        started = self._clock()
         now = utcnow()
         spec = {"holderIdentity": self.identity,
                 "leaseDurationSeconds": int(round(self.lease_seconds)),
@@ -81,7 +103,7 @@ class LeaderElector:
         lease = kube.get_or_none(self.api, self._path, timeout=self._timeout)
         if lease is None:
             try:
-                kube.request(self.api, "POST", kube.LEASES.path(self.namespace), {
+                lease = kube.request(self.api, "POST", kube.LEASES.path(self.namespace), {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {**spec, "acquireTime": spec["renewTime"], "leaseTransitions": 0}},
@@ -90,8 +112,7 @@ class LeaderElector:
                 if e.conflict:
                     return False
                 raise
-            self._renewed_at = self._clock()
-            return True
+            return self._held(lease, started)
         current = lease.get("spec") or {}
         self._observe(current)
         holder = current.get("holderIdentity")
@@ -105,13 +126,45 @@ class LeaderElector:
             new_spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
         lease["spec"] = new_spec
         try:
-            kube.request(self.api, "PUT", self._path, lease, timeout=self._timeout)
+            lease = kube.request(self.api, "PUT", self._path, lease, timeout=self._timeout)
         except kube.ApiError as e:
             if e.conflict:  # someone else renewed or took it first
                 return False
             raise
         self._observe(new_spec)
-        self._renewed_at = self._clock()
+        return self._held(lease, started)
+
+    def _held(self, lease: dict, started: float) -> bool:
+        """This round wrote ``lease``: take its term, fenced, and count the renewal from the
+        round's start. False when the Lease was lost meanwhile."""
+        term = int(lease["spec"].get("leaseTransitions") or 0)
+        if self.fence is not None and self._fenced != term:
+            try:
+                seen = self.fence(term)
+            except Exception as exc:  # its writes raise the fence once Redis answers
+                log.warning("leader election: could not raise the write fence to term %d "
+                            "(retried next round): %s", term, exc)
+                seen = None
+            if seen is not None and seen > term:
+                # Holding the Lease with a term the fence has passed: the Lease was made
+                # again. Continue its count above the fence - conditional on the Lease this
+                # round wrote, so a predecessor that woke up here gets 409 instead.
+                log.warning("leader election: Lease term %d is below the write fence (%d); "
+                            "moving it to %d", term, seen, seen + 1)
+                lease["spec"]["leaseTransitions"] = seen + 1
+                try:
+                    lease = kube.request(self.api, "PUT", self._path, lease,
+                                         timeout=self._timeout)
+                except kube.ApiError as e:
+                    if e.conflict:
+                        return False
+                    raise
+                self._observe(lease["spec"])
+                return self._held(lease, started)
+            if seen is not None:
+                self._fenced = term
+        self.term = term
+        self._renewed_at = started
         return True
 
     def step(self) -> None:
@@ -122,15 +175,39 @@ class LeaderElector:
         except Exception as exc:
             log.warning("leader election: %s", exc)
             won = False
-        if won:
-            if not self.is_leader.is_set():
-                log.info("leader election: %s is now the leader", self.identity)
-                self.is_leader.set()
-        elif self.is_leader.is_set() and self._clock() - self._renewed_at >= self.renew_deadline:
-            log.warning("leader election: %s could not renew for %.1fs; stepping down",
-                        self.identity, self._clock() - self._renewed_at)
-            self.is_leader.clear()
+        with self._lock:
+            # A round that won only after the deadline (a slow answer) proves nothing about
+            # now: the guard may already have stepped down, and must not be undone.
+            if won and self._clock() - self._renewed_at < self.renew_deadline:
+                if not self.is_leader.is_set():
+                    log.info("leader election: %s is now the leader (term %s)", self.identity,
+                             self.term)
+                    self.is_leader.set()
+            else:
+                self._step_down_if_late()
         metrics.leader_status(self.name, self.is_leader.is_set())
+
+    def _step_down_if_late(self) -> None:
+        """Under ``_lock``: stop leading once the renew deadline has passed."""
+        late = self._clock() - self._renewed_at
+        if self.is_leader.is_set() and late >= self.renew_deadline:
+            log.warning("leader election: %s could not renew for %.1fs; stepping down",
+                        self.identity, late)
+            self.is_leader.clear()
+            metrics.leader_status(self.name, False)
+
+    def _guard(self, stop: threading.Event) -> None:
+        """Step down when the renew deadline passes, whatever the round is doing: a renewal
+        waiting on a slow api-server (or Redis) must not keep this process streaming."""
+        while not stop.is_set():
+            left = self.retry_period
+            if self.is_leader.is_set():
+                left = self._renewed_at + self.renew_deadline - self._clock()
+                if left <= 0:
+                    with self._lock:
+                        self._step_down_if_late()
+                    continue
+            stop.wait(max(0.005, min(left, self.retry_period)))
 
     def campaigning(self) -> bool:
         """The api-server answered a round within the last lease: a standby that can take
@@ -143,6 +220,8 @@ class LeaderElector:
         every retry period, and at once when the Lease watch sees it released."""
         threading.Thread(target=self._forward_stop, args=(stop,), daemon=True,
                          name="lease-stop").start()
+        threading.Thread(target=self._guard, args=(stop,), daemon=True,
+                         name="lease-guard").start()
         watch: threading.Thread | None = None
         while not stop.is_set():
             self._wake.clear()  # before the round: a release seen during it still wakes

@@ -230,3 +230,149 @@ def test_a_watcher_that_leads_at_once_opens_no_lease_watch(api, namespace, monke
         stop.set()
         thread.join(10)
     assert opened == [b]
+
+
+# --- the renew deadline and the term ---------------------------------------------------------
+
+def test_the_leader_steps_down_at_its_renew_deadline_while_a_renewal_still_hangs(
+        api, namespace, monkeypatch):
+    """A slow api-server: the renewal is sent and no answer comes. client-go's leader stops at
+    RenewDeadline whatever its renew call is doing; stepping down only after the round ended
+    led for seconds past the lease others judge by."""
+    a = elector(api, namespace, "a", lease=3.0)  # renew deadline 2 s, a round every 0.4 s
+    hanging, answer = threading.Event(), threading.Event()
+    slow_renewals = {"on": False, "sent": 0.0}
+    real = kube.request
+
+    def renew_slowly(api_, method, path, *args, **kwargs):
+        if method == "PUT" and slow_renewals["on"]:
+            slow_renewals["sent"] = time.monotonic()
+            hanging.set()
+            answer.wait(30)
+        return real(api_, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(kube, "request", renew_slowly)
+    rounds = threading.Semaphore(0)
+    step = a.step
+
+    def counted():
+        step()
+        rounds.release()
+
+    a.step = counted
+    thread, stop = _campaign(a)
+    try:
+        assert a.is_leader.wait(5)
+        slow_renewals["on"] = True
+        since = time.monotonic()  # no renewal can succeed after this
+        assert hanging.wait(5), "no renewal was sent"
+        while a.is_leader.is_set() and time.monotonic() - since < a.renew_deadline + 2:
+            time.sleep(0.01)
+        stepped_down = time.monotonic() - since
+        assert not a.is_leader.is_set(), "still leading with its renewal in flight"
+        assert not answer.is_set()
+        assert stepped_down <= a.renew_deadline + 0.2
+        # A renewal answered more than the deadline after it was sent proves nothing about
+        # now: no leadership from it ...
+        late = slow_renewals["sent"] + a.renew_deadline + 0.1 - time.monotonic()
+        if late > 0:
+            time.sleep(late)  # what is under test: how late the answer comes
+        while rounds.acquire(blocking=False):
+            pass
+        slow_renewals["on"] = False
+        answer.set()
+        assert rounds.acquire(timeout=5)
+        assert not a.is_leader.is_set()
+        # ... but the next, prompt one leads again: the Lease is still its own.
+        assert a.is_leader.wait(5)
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(10)
+
+
+def fenced(api, namespace, identity, clock=time.monotonic):
+    from reconcilers import cache
+
+    return leader.LeaderElector(
+        identity, namespace, "lease", lease_seconds=3.0, api=api, clock=clock,
+        fence=lambda n: cache.raise_fence(cache.Term(f"{namespace}/lease", n)))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
+        api, namespace, redis_client):
+    from reconcilers import cache
+
+    a = fenced(api, namespace, "a")
+    a.step()
+    assert a.is_leader.is_set() and a.term == 0
+    clock = Clock()
+    b = fenced(api, namespace, "b", clock)
+    b.step()
+    clock.now += 3.5  # a paused past its lease
+    b.step()
+    assert b.is_leader.is_set() and b.term == 1
+    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 1
+    a.step()  # a wakes: its renewal meets b's Lease, and its term stays what it was
+    assert a.term == 0
+
+
+def test_a_lease_made_again_continues_its_terms_above_the_fence(api, namespace, redis_client):
+    """A deleted Lease comes back with leaseTransitions 0: the fence (1) would refuse every
+    write of its new holder for ever, so the holder moves the term above it."""
+    from reconcilers import cache
+
+    a = fenced(api, namespace, "a")
+    a.step()
+    clock = Clock()
+    b = fenced(api, namespace, "b", clock)
+    b.step()
+    clock.now += 3.5
+    b.step()
+    assert b.term == 1
+    kube.request(api, "DELETE", kube.LEASES.path(namespace, "lease"))
+    c = fenced(api, namespace, "c")
+    c.step()
+    assert c.is_leader.is_set() and c.term == 2
+    lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+    assert lease["spec"]["leaseTransitions"] == 2 and lease["spec"]["holderIdentity"] == "c"
+    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 2
+
+
+def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, redis_client,
+                                                               monkeypatch):
+    """The predecessor's renewal landed, then it paused before raising the fence; meanwhile a
+    successor took the Lease (term 1). Waking, it finds the fence above its term - as after a
+    Lease made again - but its move is conditional on the Lease it wrote: 409, not leading."""
+    from reconcilers import cache
+
+    a = fenced(api, namespace, "a")
+    a.step()
+    clock = Clock()
+    b = fenced(api, namespace, "b", clock)
+    b.step()
+    a._fenced = None  # a's next renewal raises the fence again, as after a Redis outage
+    raise_fence = a.fence
+
+    def paused_then_raise(number):
+        b.step()  # the successor sees a's renewal ...
+        clock.now += 3.5
+        b.step()  # ... and takes over once it is a lease old, while a is paused
+        assert b.is_leader.is_set()
+        return raise_fence(number)
+
+    a.fence = paused_then_raise
+    a.is_leader.clear()
+    a.step()
+    assert not a.is_leader.is_set() and a.term == 0
+    lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 1
