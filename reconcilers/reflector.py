@@ -21,6 +21,11 @@ Index sets (``Index`` declarations of the reconcilers on this stream) are kept i
 transaction as the objects they file. Only the reflector's own thread changes ``known`` (a
 ``Known``) and ``resource_version``; other threads ask for a relist through
 ``relist_requested`` (e.g. after Redis lost the cache).
+
+Every cache write carries the leader's term (``term``, a ``cache.Term``): Redis refuses the
+writes of a term older than the newest leader's (``cache.StaleTerm``), so a paused ex-leader's
+stream never writes an old object over its successor's. A refused stream stops, with every
+stream of its term (they share ``stop``): its leader has been replaced.
 """
 
 from __future__ import annotations
@@ -137,8 +142,10 @@ class Reflector:
 
     def __init__(self, gvr: GVR, namespace: str | None, deliver: Deliver,
                  stop: threading.Event, status=None, indexes: Mapping[str, Index] | None = None,
-                 scope: CacheScope = CacheScope(), wants: Wants | None = None):
+                 scope: CacheScope = CacheScope(), wants: Wants | None = None,
+                 term: cache.Term | None = None):
         self.gvr, self.namespace = gvr, namespace
+        self.term = term  # the leader's term every cache write carries (None: unfenced)
         self.indexes = dict(indexes or {})
         self.scope = scope
         self.deliver = deliver
@@ -203,6 +210,13 @@ class Reflector:
                     first = False
                 self.watch(api)
                 delay = FIRST_RETRY
+            except cache.StaleTerm as exc:
+                # A newer leader writes the cache: this process's leadership is over, whatever
+                # its elector has not noticed yet. Every stream of the term stops.
+                log.warning("%s: %s; stopping the streams of this term", self.gvr.id, exc)
+                self._note("error", str(exc))
+                self.stop_event.set()
+                break
             except Gone:
                 self._note("relist")
                 self.resource_version = ""
@@ -230,7 +244,7 @@ class Reflector:
         if self.indexes:  # this watcher's index functions may differ from its predecessor's
             self.known = Known(self.gvr, self.namespace,
                                cache.objects(self.gvr, self.namespace))
-            pipe = cache.Batch()
+            pipe = cache.Writes(self.term)
             self._refile_all(self.known.all(), pipe)
             pipe.execute()
         else:
@@ -285,7 +299,7 @@ class Reflector:
                    for path, obj in seen.items() if _rv(previous.get(path)) != _rv(obj)]
         changes += [(Trigger.DELETED, previous[path], None,
                      self._change(path, previous[path], True)) for path in vanished]
-        pipe = cache.Batch()
+        pipe = cache.Writes(self.term)
         cache.put_many(self.gvr, seen.values(), pipe)
         for path in vanished:
             ns, name = split_object_path(path)
@@ -298,7 +312,9 @@ class Reflector:
             self.deliver(trigger, old, new, change)
         self.known = Known(self.gvr, self.namespace, seen)
         self.resource_version = rv
-        cache.mark_synced(self.gvr, self.namespace, rv, self._stream)
+        pipe = cache.Writes(self.term)
+        cache.mark_synced(self.gvr, self.namespace, rv, self._stream, pipe)
+        pipe.execute()
         self._note("listed")
 
     def watch(self, api) -> None:
@@ -338,7 +354,9 @@ class Reflector:
             counter.inc()
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
-            cache.advance(self.gvr, self.namespace, self.resource_version, self._stream)
+            pipe = cache.Writes(self.term)
+            cache.advance(self.gvr, self.namespace, self.resource_version, self._stream, pipe)
+            pipe.execute()
             self.known.complete_if_due()
             return
         self._typed(obj)
@@ -348,7 +366,7 @@ class Reflector:
         existed = old is not None
         # One transaction per event: the object (or its removal), its index entries, the
         # journalled change and the stream's position land together or not at all.
-        pipe = cache.Batch()
+        pipe = cache.Writes(self.term)
         if kind == "DELETED":
             trigger, old, new = Trigger.DELETED, old or cache.sanitize(obj), None
             change = self._change(path, old, True) if self._wanted(old, None) else None

@@ -238,12 +238,14 @@ class Stream:
 
     def __init__(self, gvr: GVR, handlers: list[Handler], enqueuer: Enqueuer,
                  stop: threading.Event, namespace: str | None = None, holder: str = "",
-                 indexes: dict[str, Index] | None = None, scope: CacheScope = CacheScope()):
+                 indexes: dict[str, Index] | None = None, scope: CacheScope = CacheScope(),
+                 term: cache.Term | None = None):
         self.gvr, self.namespace = gvr, namespace
         self.router = Router(handlers, enqueuer.put, enqueuer.done)
         self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
         self.reflector = Reflector(gvr, namespace, self.router, stop, self.status,
-                                   indexes=indexes, scope=scope, wants=self.router.wants)
+                                   indexes=indexes, scope=scope, wants=self.router.wants,
+                                   term=term)
 
     def run(self) -> None:
         try:
@@ -316,9 +318,11 @@ class Health:
 
 
 def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
-                  stop: threading.Event, holder: str = "") -> list[Stream]:
+                  stop: threading.Event, holder: str = "",
+                  term: cache.Term | None = None) -> list[Stream]:
     """One stream per watched resource and namespace, with every reconciler's handler on it
-    and every index declared over that resource."""
+    and every index declared over that resource; ``term``: the leader's, carried by every
+    cache write (``cache.FencedBatch``)."""
     by_gvr: dict[GVR, list[Handler]] = defaultdict(list)
     for cls in reconcilers:
         by_gvr[cls.primary()].append(Handler(cls, PRIMARY))
@@ -331,7 +335,7 @@ def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
     namespaces: list[str | None] = list(settings().namespace_list) or [None]
     return [Stream(gvr, handlers, enqueuer, stop, namespace=ns, holder=holder,
                    indexes=indexes.get(gvr),
-                   scope=scopes.get((gvr.api_version, gvr.kind), CacheScope()))
+                   scope=scopes.get((gvr.api_version, gvr.kind), CacheScope()), term=term)
             for gvr, handlers in by_gvr.items()
             for ns in (namespaces if gvr.namespaced else [None])]
 

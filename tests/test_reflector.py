@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -355,3 +356,76 @@ def test_a_resume_point_too_old_for_the_api_server_relists(api, namespace, redis
     finally:
         _stop(after, thread)
     assert len(lists) == 1 and sink.names("added") == ["two"]
+
+
+# --- fencing by leader term -----------------------------------------------------------------
+
+class Clock:
+    """A candidate's monotonic clock, moved by the test: a lease runs out without waiting."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def two_terms(api, namespace):
+    """A leader (term N) that pauses past its lease, and its successor (term N+1), elected on
+    a real Lease with the fence in the real Redis."""
+    from reconcilers import leader
+
+    lease = f"{namespace}/watcher"
+
+    def elector(identity, clock=time.monotonic):
+        return leader.LeaderElector(identity, namespace, "watcher", lease_seconds=3, api=api,
+                                    clock=clock, fence=lambda n: cache.raise_fence(
+                                        cache.Term(lease, n)))
+
+    paused = elector("paused")
+    paused.step()
+    clock = Clock()
+    successor = elector("successor", clock)
+    successor.step()  # sees the paused one's Lease: waits
+    assert not successor.is_leader.is_set()
+    clock.now += 3.5  # the paused one renews no more; its lease runs out
+    successor.step()
+    assert paused.is_leader.is_set() and successor.is_leader.is_set()  # both believe it
+    assert successor.term == paused.term + 1
+    return cache.Term(lease, paused.term), cache.Term(lease, successor.term)
+
+
+def test_a_paused_ex_leaders_write_arriving_after_its_successors_is_refused(api, namespace,
+                                                                           redis_client):
+    """The window of issue 34's first defect, opened on purpose: the old leader read an event
+    (term N), paused, and delivers it after the new leader (term N+1) cached a newer version
+    of the object. Redis refuses the old write; the cache keeps the new object."""
+    old_term, new_term = two_terms(api, namespace)
+    old_sink, new_sink = Recorder(), Recorder()
+    old = Reflector(CONFIGMAPS, namespace, old_sink, threading.Event(), term=old_term)
+    new = Reflector(CONFIGMAPS, namespace, new_sink, threading.Event(), term=new_term)
+    first = make_cm(api, namespace, "x")
+    second = kube.request(api, "PATCH", CONFIGMAPS.path(namespace, "x"), {"data": {"v": "2"}},
+                          content_type=kube.MERGE_PATCH)
+
+    new.handle({"type": "MODIFIED", "object": second})
+    with pytest.raises(cache.StaleTerm):
+        old.handle({"type": "ADDED", "object": first})  # the paused leader's late write
+
+    cached = cache.get(CONFIGMAPS, namespace, "x")
+    assert cached["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+    assert cached["data"] == {"v": "2"}
+    assert old_sink.changes == []  # never reported: its keys come from the new leader
+    assert "x" not in [p.split("/")[-1] for p in old.known]
+
+
+def test_a_stream_refused_for_its_term_stops_every_stream_of_that_term(api, namespace,
+                                                                       redis_client):
+    old_term, _ = two_terms(api, namespace)
+    stop = threading.Event()  # shared by the streams of one term, and their enqueuer
+    old = Reflector(CONFIGMAPS, namespace, Recorder(), stop, term=old_term)
+    thread = threading.Thread(target=old.run, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and stop.is_set()
+    assert not cache.is_synced(CONFIGMAPS, namespace)  # its list wrote nothing

@@ -84,9 +84,11 @@ class Command(BaseCommand):
 
         elector = campaign = None
         conf = settings()
+        lease = f"{conf.lease_namespace}/{conf.lease_name}"
         if conf.leader_election:
-            elector = leader.LeaderElector(identity, conf.lease_namespace, conf.lease_name,
-                                           conf.leader_lease_seconds)
+            elector = leader.LeaderElector(
+                identity, conf.lease_namespace, conf.lease_name, conf.leader_lease_seconds,
+                fence=lambda number: cache.raise_fence(cache.Term(lease, number)))
             campaign = threading.Thread(target=elector.run, args=(stop,), daemon=True)
             campaign.start()
         health.elector = elector
@@ -98,7 +100,11 @@ class Command(BaseCommand):
                 watch.heartbeat(identity)
                 health.tick()
                 continue
-            self.stdout.write("leading: starting streams")
+            # Every cache write of this term's streams carries it: once a successor's is in
+            # Redis, they write nothing (``cache.FencedBatch``).
+            fence = None if elector is None else cache.Term(lease, elector.term)
+            self.stdout.write("leading: starting streams"
+                              + (f" (term {fence.number})" if fence else ""))
             self.stdout.flush()
             term = threading.Event()
             enqueuer = watch.Enqueuer(term)
@@ -106,12 +112,13 @@ class Command(BaseCommand):
             if conf.watcher_schedules:
                 periodic.Sender(periodic.schedule(), broker.send_periodic,
                                 until=term.is_set).start()
-            streams = watch.build_streams(classes, enqueuer, term, identity)
+            streams = watch.build_streams(classes, enqueuer, term, identity, term=fence)
             self._announce(classes, stop)
             self._replay(streams, stop)
             watch.run_streams(streams, until=lambda: stop.is_set() or (
-                elector is not None and not elector.is_leader.is_set()), identity=identity,
-                health=health, wake=stop, tick=onstart.StartPass(classes))
+                elector is not None and (not elector.is_leader.is_set()
+                                         or elector.term != fence.number)),
+                identity=identity, health=health, wake=stop, tick=onstart.StartPass(classes))
             term.set()
             enqueuer.stop()
             enqueuer.join(15)
