@@ -6,6 +6,7 @@ migration Job that upgrades without being deleted by hand."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import socket
@@ -442,3 +443,20 @@ def test_redis_refuses_writes_at_maxmemory_rather_than_evicting(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_stopping_worker_is_given_longer_than_its_runs_may_take():
+    """A worker told to stop (a rollout, a drain) finishes the runs it holds: each may take
+    up to the hard limit of the default deadline (``RECONCILERS_LEASE_SECONDS`` as deploy/
+    sets it, else the default). A shorter grace period kills those runs mid-write, and their
+    keys wait out the lease before the reaper retries them."""
+    from reconcilers.conf import RunLimits, Settings
+
+    docs = _render()
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"] == "django-crd-operator"]
+    default = next(f.default for f in dataclasses.fields(Settings) if f.name == "lease_seconds")
+    soft = float(config["data"].get("RECONCILERS_LEASE_SECONDS", default))
+    worker = _pod_specs(docs)["django-crd-operator-worker"]
+    grace = worker.get("terminationGracePeriodSeconds", 30)  # the Kubernetes default
+    assert grace >= RunLimits(soft).hard + 10, (grace, RunLimits(soft).hard)
