@@ -234,3 +234,23 @@ def test_readiness_and_controller_runtime_webhook_metrics(hooks, kube, namespace
                     (("webhook", "/validate"),))] == 0
     assert samples[("controller_runtime_webhook_latency_seconds_count",
                     (("webhook", "/mutate"),))] >= 1
+
+
+def test_a_worker_that_dies_is_replaced_and_the_master_keeps_the_port(hooks):
+    import signal
+
+    def workers() -> list[int]:
+        path = Path(f"/proc/{hooks.proc.pid}/task/{hooks.proc.pid}/children")
+        return [int(pid) for pid in path.read_text().split()]
+
+    (worker,) = wait_for(workers, 10, "the worker process")
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: workers() and workers() != [worker], 30, "a new worker")
+
+    def answers() -> bool:
+        try:
+            return hooks.https("/healthz") == (200, {"status": "ok"})
+        except OSError:  # between the two workers
+            return False
+    wait_for(answers, 30, "serving again")
+    assert hooks.proc.popen.poll() is None
