@@ -78,6 +78,27 @@ def test_ensureadmin_refuses_a_weak_password(monkeypatch):
     assert "created admin user 'boss'" in run("ensureadmin")
 
 
+def test_ensureadmin_sets_the_password_but_never_reenables_an_admin_staff_disabled(monkeypatch):
+    """It runs after every migrate: an admin account staff disabled or demoted (a leaver's,
+    a compromised one) stays so; the password from the environment is still set."""
+    from django.contrib.auth import get_user_model
+
+    monkeypatch.setenv("DJANGO_SUPERUSER_USERNAME", "boss")
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-and-unusual-passphrase-42")
+    assert "created admin user 'boss'" in run("ensureadmin")
+    user = get_user_model().objects.get(username="boss")
+    assert user.is_active and user.is_staff and user.is_superuser
+    user.is_active = user.is_staff = user.is_superuser = False
+    user.save()
+
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "another-long-unusual-phrase-43")
+    out = run("ensureadmin")
+    user.refresh_from_db()
+    assert not (user.is_active or user.is_staff or user.is_superuser)
+    assert user.check_password("another-long-unusual-phrase-43")
+    assert "updated admin user 'boss'" in out and "left disabled" in out
+
+
 def test_the_projects_migrations_are_complete():
     """makemigrations --check under this repository's settings (the package test does it
     under a user's)."""

@@ -1,7 +1,9 @@
-"""Create or update the first admin user from the environment (idempotent).
+"""Create the first admin user from the environment, or set its password (idempotent).
 
 ``DJANGO_SUPERUSER_USERNAME`` (default ``admin``), ``DJANGO_SUPERUSER_PASSWORD`` (required),
-``DJANGO_SUPERUSER_EMAIL`` (optional). Used by ``make demo`` and the compose ``migrate`` service.
+``DJANGO_SUPERUSER_EMAIL`` (optional). Used by ``make demo``, the compose ``migrate`` service
+and the migrate Job, so it runs after every migrate: an existing user keeps the active, staff
+and superuser flags staff gave it - a disabled or demoted admin is never enabled again.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ class Command(BaseCommand):
         except ValidationError as exc:
             raise CommandError("DJANGO_SUPERUSER_PASSWORD is refused: "
                                + " ".join(exc.messages)) from None
-        user.is_staff = user.is_superuser = user.is_active = True
+        if created:
+            user.is_staff = user.is_superuser = user.is_active = True
         user.set_password(password)
         user.save()
         self.stdout.write(f"{'created' if created else 'updated'} admin user {username!r}")
+        if not (user.is_active and user.is_staff and user.is_superuser):
+            self.stdout.write(f"{username!r} left disabled or without admin rights, as staff "
+                              "set it: enable it in the admin or with `manage.py shell`")
