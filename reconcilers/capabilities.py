@@ -33,6 +33,13 @@ def _actions(r: ReconcileRecord) -> set[str]:
     return {a.get("action") for a in r.capabilities or []}
 
 
+def _acted(r: ReconcileRecord, kinds: set[str]) -> bool:
+    """A successful run reported one of these actions, said what it did, and changed a
+    child in the cluster while at it: a reported sentence alone proves nothing."""
+    return _ok(r) and any(ACTIONS.get(a.get("action")) in kinds and a.get("detail")
+                          and a.get("changed") for a in r.capabilities or [])
+
+
 # criterion evidence id -> does this run prove it? (``attempts`` = failures before this run)
 EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
     "success": lambda r, a: _ok(r),
@@ -42,15 +49,17 @@ EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
     "spec_change": lambda r, a: _ok(r) and (r.generation or 0) > 1,
     "finalizer": lambda r, a: _ok(r) and r.phase == "finalize",
     "recovered": lambda r, a: _ok(r) and a > 0,
-    "events": lambda r, a: bool(r.events),
+    "events": lambda r, a: _ok(r) and bool(r.events),
     "auto_healing": lambda r, a: _ok(r) and HEALED in _actions(r),
-    "upgrade": lambda r, a: _ok(r) and "upgrade" in _actions(r),
-    "lifecycle": lambda r, a: _ok(r) and any(ACTIONS.get(x) == "lifecycle" for x in _actions(r)),
-    "autopilot": lambda r, a: _ok(r) and any(ACTIONS.get(x) == "autopilot" for x in _actions(r)),
+    "upgrade": lambda r, a: _acted(r, {"upgrade"}),
+    "lifecycle": lambda r, a: _acted(r, {"lifecycle"}),
+    "autopilot": lambda r, a: _acted(r, {"autopilot"}),
 }
 
-# Not a property of one run: proven when a scrape of a worker's /metrics served the
-# reconciler's reconcile counts (``record_scraped``). Its proof names the latest run then.
+# Not a property of one run: proven when a scrape of /metrics served a metric family the
+# reconciler declares as its own (``Reconciler.metrics``) - the framework's own series come
+# with every operator, and prove nothing about this one (``record_scraped``). Its proof names
+# the latest run then.
 SCRAPED = "metrics_scraped"
 OBSERVABLE = set(EVIDENCE) | {SCRAPED}
 
@@ -77,9 +86,23 @@ def record_evidence(record: ReconcileRecord, failures_before: int) -> None:
     transaction.on_commit(lambda: _recorded.update(new))
 
 
+def served_families(body: bytes) -> set[str]:
+    """The metric families a Prometheus text exposition has samples of."""
+    out = set()
+    for line in body.decode(errors="replace").splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            out.add(name)
+            for suffix in ("_total", "_bucket", "_sum", "_count", "_created"):
+                if name.endswith(suffix):
+                    out.add(name[:-len(suffix)])
+    return out
+
+
 def record_scraped(reconcilers: Iterable[str]) -> None:
-    """Metrics with values for ``reconcilers`` were just served to a scrape: level 4's metrics
-    criterion is evidenced for each that has a run to point at."""
+    """A scrape was just served samples of metric families these reconcilers declare as
+    their own: level 4's metrics criterion is evidenced for each that has a run to point
+    at."""
     new = sorted(r for r in reconcilers if (r, SCRAPED) not in _recorded)
     if not new:
         return
@@ -94,16 +117,47 @@ def record_scraped(reconcilers: Iterable[str]) -> None:
     _recorded.update((r, SCRAPED) for r in new)
 
 
+# What is missing while an observable criterion has no proof: the admin shows it.
+MISSING = {
+    "success": "no successful run yet",
+    "observed_generation": "no successful run left status.observedGeneration at the "
+                           "generation it acted on",
+    "conditions": "no successful run left status.conditions",
+    "spec_change": "no successful run of a changed spec (generation > 1)",
+    "upgrade": "no successful run reported ctx.capability(\"upgrade\", detail) while "
+               "changing a child",
+    "finalizer": "no successful cleanup through a finalizer",
+    "recovered": "no failed run of an object followed by a success",
+    "lifecycle": "no successful run reported a backup, restore, fail-over, fail-back or "
+                 "member change while changing a child",
+    "events": "no successful run emitted an Event (ctx.event)",
+    SCRAPED: "no scrape of /metrics served a family the reconciler declares in `metrics`",
+    "auto_healing": "no run triggered by a changed or deleted child put it back",
+    "autopilot": "no successful run reported auto-scaling or auto-tuning while changing a "
+                 "child",
+}
+
+
 @dataclass(frozen=True)
 class Criterion:
     id: str
     text: str
     observable: bool
     record_id: int | None  # the run that proves it, when observable and proven
+    evidence: str | None = None  # the evidence id (``EVIDENCE``, ``SCRAPED``)
 
     @property
     def met(self) -> bool:
         return self.record_id is not None
+
+    @property
+    def why(self) -> str:
+        """Why it is or is not met, in a sentence."""
+        if not self.observable:
+            return "not observable from runs: the author's claim only"
+        if self.met:
+            return f"shown by run #{self.record_id}"
+        return MISSING.get(self.evidence or "", "no run has shown it yet")
 
 
 @dataclass(frozen=True)
@@ -116,6 +170,16 @@ class LevelScore:
     def evidenced(self) -> bool:
         return all(c.met for c in self.criteria if c.observable)
 
+    @property
+    def why(self) -> str:
+        """Why this level alone is or is not evidenced (a level also needs those below)."""
+        missing = [c.why for c in self.criteria if c.observable and not c.met]
+        if missing:
+            return "not met: " + "; ".join(missing)
+        claimed = sum(not c.observable for c in self.criteria)
+        return "met: a run shows each observable criterion" + (
+            f" ({claimed} more only claimed)" if claimed else "")
+
 
 def score(reconciler: str) -> list[LevelScore]:
     """Per level, each criterion with the id of a run that proves it (one small query)."""
@@ -124,7 +188,7 @@ def score(reconciler: str) -> list[LevelScore]:
     out = []
     for level in as_rows():
         criteria = [Criterion(c["id"], c["text"], c["evidence"] in OBSERVABLE,
-                              proofs.get(c["evidence"]))
+                              proofs.get(c["evidence"]), c["evidence"])
                     for c in level["criteria"]]
         out.append(LevelScore(level["level"], level["name"], criteria))
     return out

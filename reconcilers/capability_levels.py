@@ -40,8 +40,8 @@ LEVELS = [
          ("spec-change", "Acts on a changed spec (a successful run at generation > 1)",
           "spec_change"),
          ("operand-upgrade", "Upgrades the operand to a new version by a spec change "
-                             "(a successful run that reported ctx.capability(\"upgrade\"))",
-          "upgrade"),
+                             "(a successful run that reported ctx.capability(\"upgrade\", "
+                             "detail) and changed a child while at it)", "upgrade"),
          ("unsupported-version", "Reports an unsupported version in status", None),
      ]),
     (3, "Full Lifecycle",
@@ -54,15 +54,16 @@ LEVELS = [
                       "object)", "recovered"),
          ("lifecycle", "Runs a lifecycle action - backup, restore, fail-over, fail-back or "
                        "adding/removing members (a successful run that reported it with "
-                       "ctx.capability)", "lifecycle"),
+                       "ctx.capability and changed a child while at it)", "lifecycle"),
      ]),
     (4, "Deep Insights",
      "Metrics about the operator's own health, operand metrics, alerts, custom Kubernetes Events, "
      "RED metrics.",
      [
-         ("events", "Emits custom Kubernetes Events", "events"),
-         ("metrics", "Exposes metrics about its health: a scrape of /metrics served this "
-                     "reconciler's reconcile counts", "metrics_scraped"),
+         ("events", "Emits custom Kubernetes Events (from a successful run)", "events"),
+         ("metrics", "Exposes metrics of its own about the operand or its health: a scrape of "
+                     "/metrics served a family the reconciler declares in `metrics` (the "
+                     "framework's own series come with every operator)", "metrics_scraped"),
          ("alerts", "Ships alerts", None),
      ]),
     (5, "Auto Pilot",
@@ -73,7 +74,7 @@ LEVELS = [
           "auto_healing"),
          ("autopilot", "Scales or tunes the operand from what it observed (a successful run "
                        "that reported ctx.capability(\"auto-scaling\") or "
-                       "(\"auto-tuning\"))", "autopilot"),
+                       "(\"auto-tuning\") and changed a child while at it)", "autopilot"),
      ]),
 ]
 

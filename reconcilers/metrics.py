@@ -298,15 +298,6 @@ def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def reconcilers_counted(body: bytes) -> set[str]:
-    """The reconcilers whose reconcile counts a scrape's text carries (non-zero)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {s.labels["controller"] for family in text_string_to_metric_families(body.decode())
-            if family.name == "controller_runtime_reconcile"
-            for s in family.samples if s.name.endswith("_total") and s.value > 0}
-
-
 def process_exited(pid: int) -> None:
     """A child process is gone: drop its live-gauge files (its counters stay counted)."""
     if ENABLED:

@@ -300,10 +300,12 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
             f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
             f"{decision.error_message or decision.error_class}")[:4000])
 
-    capabilities = seen.capabilities
-    if Trigger.OWNED in claim.triggers and done.ctx is not None and done.ctx.changed_children:
-        capabilities = [*capabilities, {"action": HEALED,
-                                        "detail": ", ".join(done.ctx.changed_children)[:500]}]
+    changed = ", ".join(done.ctx.changed_children)[:500] if done.ctx is not None else ""
+    # A reported action keeps what the run changed with it: the capability evidence asks for
+    # an action the cluster saw, not only a sentence (``capabilities.EVIDENCE``).
+    capabilities = [{**c, "changed": changed} if changed else c for c in seen.capabilities]
+    if Trigger.OWNED in claim.triggers and changed:
+        capabilities = [*capabilities, {"action": HEALED, "detail": changed}]
     facts = history.RunFacts(started=started, duration=duration, worker=worker, task_id=task_id,
                              obj=seen.obj, final=seen.final, events=seen.events,
                              phase=seen.phase, capabilities=capabilities)

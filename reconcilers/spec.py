@@ -44,9 +44,12 @@ class Reconciler:
             are merged into one run this long after it ends - a burst of updates costs a few
             runs, the last one on the final generation, for that much added latency.
         timeout: the run deadline in seconds (default ``RECONCILERS_LEASE_SECONDS``): past it
-            user code is interrupted and the run recorded as an error with backoff; a run that
-            ignores the interruption has its worker process ended. Runs never overlap.
+            user code is interrupted and the run recorded as an error with backoff; a run still
+            going at the hard limit is abandoned (thread pool) or its process ended (prefork).
         capability_level: the Operator SDK level (1-5) this operator claims.
+        metrics: names of the Prometheus metric families this operator exposes about its
+            operand or its own health (``prometheus_client`` in your app); a scrape serving
+            one is level 4's metrics evidence - the framework's own series are not.
         rbac_rules: extra rules ``manage.py rbac`` adds (e.g. reading Secrets): in the
             ClusterRole, or - watching some namespaces - in each one's Role (those on
             cluster-scoped resources stay in the ClusterRole; ``rbac.CLUSTER_SCOPED``).
@@ -72,6 +75,7 @@ class Reconciler:
     timeout: ClassVar[float | None] = None
     debounce: ClassVar[float] = 0.0
     capability_level: ClassVar[int] = 1
+    metrics: ClassVar[Sequence[str]] = ()
     rbac_rules: ClassVar[Sequence[dict]] = ()
 
     def reconcile(self, obj: dict, ctx: "Context") -> "Result | None":

@@ -241,7 +241,13 @@ def test_capability_level_is_scored_from_history():
     assert evidenced_level(score(PROBE)) == 1
     run("success", generation=2, observed_generation=2, started_at=now + timedelta(seconds=1))
     assert evidenced_level(score(PROBE)) == 1  # a spec change alone is not an upgrade path
-    upgraded = run("success", capabilities=[{"action": "upgrade", "detail": "1.25 -> 1.27"}],
+    run("success", capabilities=[{"action": "upgrade", "detail": "1.25 -> 1.27"}],
+        started_at=now + timedelta(seconds=1))
+    assert evidenced_level(score(PROBE)) == 1  # a sentence, with nothing changed in the cluster
+    assert "while changing a child" in {c.id: c.why for c in score(PROBE)[1].criteria}[
+        "operand-upgrade"]
+    upgraded = run("success", capabilities=[{"action": "upgrade", "detail": "1.25 -> 1.27",
+                                             "changed": "StatefulSet/db"}],
                    started_at=now + timedelta(seconds=1))
     assert evidenced_level(score(PROBE)) == 2
     assert {c.id: c.record_id for c in score(PROBE)[1].criteria if c.observable}[
@@ -251,18 +257,24 @@ def test_capability_level_is_scored_from_history():
     recovered = run("success", failures_before=2, started_at=now + timedelta(seconds=2))
     finalized = run("success", phase="finalize", started_at=now + timedelta(seconds=3))
     assert evidenced_level(score(PROBE)) == 2  # a finalizer is not a lifecycle
-    run("error", capabilities=[{"action": "backup"}], started_at=now + timedelta(seconds=3))
+    run("error", capabilities=[{"action": "backup", "detail": "x", "changed": "Job/b"}],
+        started_at=now + timedelta(seconds=3))
     assert evidenced_level(score(PROBE)) == 2  # a backup that failed proves nothing
-    backup = run("success", capabilities=[{"action": "backup", "detail": "snapshot"}],
+    backup = run("success", capabilities=[{"action": "backup", "detail": "snapshot",
+                                           "changed": "Job/backup-1"}],
                  started_at=now + timedelta(seconds=3))
     assert {c.id: c.record_id for c in score(PROBE)[2].criteria if c.observable} == {
         "finalizer-cleanup": finalized.pk, "recovers": recovered.pk, "lifecycle": backup.pk}
     assert evidenced_level(score(PROBE)) == 3
+    run("error", events=[{"type": "Warning", "reason": "Failed"}],
+        started_at=now + timedelta(seconds=4))
+    assert not {c.id: c.met for c in score(PROBE)[3].criteria}["events"]  # a failure's event
     run("success", events=[{"type": "Normal", "reason": "Created"}],
         started_at=now + timedelta(seconds=4))
     assert evidenced_level(score(PROBE)) == 3  # Events alone are not deep insight
+    assert score(PROBE)[3].why.startswith("not met: no scrape of /metrics")
     capabilities.record_scraped(["nobody.example.com"])  # no run to point at: no evidence
-    capabilities.record_scraped([PROBE])  # a scrape served its reconcile counts
+    capabilities.record_scraped([PROBE])  # a scrape served a family it declares its own
     latest = ReconcileRecord.objects.filter(reconciler=PROBE).latest("id")
     assert {c.id: c.record_id for c in score(PROBE)[3].criteria if c.observable} == {
         "events": latest.pk, "metrics": latest.pk}
@@ -272,9 +284,21 @@ def test_capability_level_is_scored_from_history():
     run("success", capabilities=[{"action": "healed", "detail": "Deployment/web"}],
         triggers=["owned-child"], started_at=now + timedelta(seconds=5))
     assert evidenced_level(score(PROBE)) == 4  # healing without an autopilot decision
-    run("success", capabilities=[{"action": "auto-scaling", "detail": "3 -> 5 replicas"}],
+    run("success", capabilities=[{"action": "auto-scaling", "detail": "3 -> 5 replicas",
+                                  "changed": "Deployment/web"}],
         started_at=now + timedelta(seconds=6))
     assert evidenced_level(score(PROBE)) == 5
+    assert score(PROBE)[4].why.startswith("met:")
+
+
+def test_only_a_declared_metric_family_in_a_scrape_is_level_4_evidence():
+    body = (b"# HELP controller_runtime_reconcile_total x\n"
+            b'controller_runtime_reconcile_total{controller="a",result="success"} 3.0\n'
+            b"probe_runs_total 4.0\nprobe_runs_created 1.7e9\n")
+    served = capabilities.served_families(body)
+    assert "probe_runs" in served and "controller_runtime_reconcile" in served
+    assert set(registry.get_class(PROBE).metrics) & served
+    assert not capabilities.served_families(b"# HELP probe_runs x\n# TYPE probe_runs counter\n")
 
 
 def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():

@@ -200,7 +200,9 @@ def test_capability_actions_are_kept_with_the_run_and_a_repaired_child_counts_as
                 ctx.capability(report["action"], "snapshot to s3://bucket/p")
 
     first = ReconcileRecord.objects.get(pk=run_once(reg, "p", namespace, Lifecycle.name()).record_id)
-    assert first.capabilities == [{"action": "backup", "detail": "snapshot to s3://bucket/p"}]
+    # ... kept with what the run changed: the evidence of an action the cluster saw.
+    assert first.capabilities == [{"action": "backup", "detail": "snapshot to s3://bucket/p",
+                                   "changed": "ConfigMap/kid"}]
 
     # The child is deleted; the owned-child run that puts it back is a healing.
     report["action"] = None

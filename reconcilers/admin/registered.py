@@ -127,17 +127,17 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
     def capability_evidence(self, r: RegisteredReconciler) -> str:
         rows = []
         for level in capabilities.score(r.name):
+            rows.append((level.level, level.name, format_html("<strong>{}</strong>",
+                                                              level.why), ""))
             for c in level.criteria:
-                if not c.observable:
-                    mark = "claimed only"
-                elif c.met:
+                if c.met:
                     url = reverse("admin:reconcilers_reconcilerecord_change", args=[c.record_id])
-                    mark = format_html('<a href="{}">evidence: run #{}</a>', url, c.record_id)
+                    mark = format_html('<a href="{}">{}</a>', url, c.why)
                 else:
-                    mark = "no evidence yet"
-                rows.append((level.level, level.name, c.text, mark))
+                    mark = c.why
+                rows.append(("", "", c.text, mark))
         return format_html(
-            "<table><tr><th>level</th><th></th><th>criterion</th><th>evidence</th></tr>{}"
+            "<table><tr><th>level</th><th></th><th>criterion</th><th>why</th></tr>{}"
             "</table>", format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td>"
                                              "<td>{}</td></tr>", rows))
 

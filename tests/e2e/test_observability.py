@@ -150,8 +150,8 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
         assert _value(m, "controller_runtime_active_workers", controller=PROBE) == 0
 
     _eventually(worker_counts, timeout=15)
-    # Level 4's metrics criterion: a scrape served this reconciler's counts (recorded just
-    # after the answer).
+    # Level 4's metrics criterion: a scrape served a family the reconciler declares its own
+    # (the Probe's ``probe_runs``; recorded just after the answer).
     _eventually(lambda: CapabilityEvidence.objects.filter(
         reconciler=PROBE, criterion="metrics_scraped").exists() or _fail("no evidence"),
         timeout=10)
