@@ -4,6 +4,14 @@ Reads come from the shared cache when the resource is watched (and its cache is 
 otherwise from the api-server. Writes go to the api-server and carry the resourceVersion read,
 so a write based on a stale copy fails with 409 Conflict and the key is retried - client-go's
 "read from the cache, write to the api-server". Nothing here mutates a cached object.
+
+Every write ``ctx`` makes is fenced by the run's hold on its key (``fence``): refused once the
+run's lease may have passed, and otherwise bounded by what is left of it - the call's own
+timeout, and the api-server's (its ``timeout`` parameter), so neither waits past the lease. A
+write already sent when the lease ends may still be applied by the api-server (its storage
+write was under way), so the fence narrows the overlap with a successor's run to that,
+not to nothing. Writes a reconciler makes past ``ctx`` (its own client, ``ctx.api``
+directly) are not fenced at all: make them through ``ctx.request``.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 import base64
 import copy
 import logging
+import math
+import time
 from typing import Any, Callable, Iterable, Mapping
 
 from . import cache, events, kube
@@ -41,6 +51,36 @@ def controller_of(obj: Mapping) -> Mapping | None:
         if ref.get("controller"):
             return ref
     return None
+
+
+# fence(): raises when the run may no longer write; otherwise the seconds its writes may still
+# take (None: no bound).
+Fence = Callable[[], "float | None"]
+
+
+def fence_until(check: Callable[[], None], held_until: float) -> Fence:
+    """The fence of a run that holds its key until ``held_until`` (local monotonic time):
+    ``check`` raises once the hold is gone; otherwise the seconds left until then (None for
+    a hold without end)."""
+
+    def fence() -> float | None:
+        check()
+        if held_until == math.inf:
+            return None
+        left = held_until - time.monotonic()
+        if left <= 0:
+            check()  # the hold ran out since: raises now
+        return max(left, 0.001)
+
+    return fence
+
+
+def _within(timeout: float | tuple[float, float], left: float) -> tuple[float, float]:
+    """A call's ``(connect, read)`` timeout cut so that the two together end within
+    ``left`` seconds."""
+    connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    connect = min(connect, left / 2)
+    return connect, min(read, left - connect)
 
 
 class KeyLogger(logging.LoggerAdapter):
@@ -181,12 +221,13 @@ class Context:
 
     def __init__(self, key: Key, obj: dict, *, primary: GVR,
                  watched: Mapping[tuple[str, str], GVR] | None = None,
-                 api: kube.ApiClient | None = None, fence: Callable[[], None] | None = None,
+                 api: kube.ApiClient | None = None, fence: Fence | None = None,
                  indexes: Iterable[Index] = (),
                  scopes: Mapping[tuple[str, str], CacheScope] | None = None):
         """``watched``: the resources the watcher caches for this reconciler, by
         ``(apiVersion, kind)``; reads of those come from the shared cache. ``fence`` raises
-        when this run may no longer write (its key's lease ran out). ``indexes``: the
+        when this run may no longer write (its key's lease ran out), and otherwise returns
+        how many seconds a write may still take (``fence_until``). ``indexes``: the
         reconciler's ``Index`` declarations, for ``list(index=...)``. ``scopes``: what the
         watcher caches of each watched resource (default: everything, in full)."""
         self._fence = fence or (lambda: None)
@@ -208,11 +249,24 @@ class Context:
         self._conditions: dict[str, dict] = {}
 
     def _write(self, method: str, path: str, body: Any, **kwargs) -> dict:
-        """Every write of a run: fenced first, so a run past its lease never acts."""
-        self._fence()
+        """Every write of a run: fenced first, so a run past its lease never acts, and given
+        no more time than its lease has left - checked, then a 30 s call, could land long
+        after another run took the key."""
+        left = self._fence()
+        if left is not None:
+            kwargs["timeout"] = _within(kwargs.get("timeout", 30), left)
+            # The api-server's own deadline for the call (its request timeout filter).
+            kwargs["query"] = {**(kwargs.get("query") or {}), "timeout": f"{left:.3f}s"}
         result = kube.request(self.api, method, path, body, **kwargs)
         self.writes.append((method, path, body))
         return result
+
+    def request(self, method: str, path: str, body: Any = None, **kwargs) -> dict:
+        """Any other api-server write (``kube.request``'s arguments: ``query``,
+        ``content_type``...), fenced like ``ctx``'s own: refused once the run's lease may be
+        gone, and bounded by what is left of it. Use it rather than ``ctx.api`` for writes
+        ``ctx`` has no helper for; reads need no fence."""
+        return self._write(method, path, body, **kwargs)
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from django.db import (InterfaceError, OperationalError, close_old_connections, 
 
 from . import cache, deadlines, history, kube, logs, metrics, runpool, workqueue
 from .conf import Backoff, RunLimits, settings
-from .context import Context
+from .context import Context, fence_until
 from .decision import Decision, decide
 from .workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
 from .capabilities import HEALED, new_evidence
@@ -288,7 +288,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
     with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard), \
             kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
         done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
-                       fence=claim.check_held)
+                       fence=fence_until(claim.check_held, claim.held_until))
     if claim.released.is_set():  # abandoned: its record is written, its key released
         log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped",
                     key, time.perf_counter() - t0)
