@@ -200,7 +200,9 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
     return dispatches
 
 
-_CLAIM_SQL = f"""
+def _claim_sql(only: str = "") -> str:
+    """The claim; ``only``: a condition more, ``_finish`` locking its rows in order."""
+    return f"""
     UPDATE {TABLE} SET
         state = 'running', started_at = now(),
         lease_expires_at = now() + make_interval(secs => %(claim_lease)s),
@@ -209,13 +211,26 @@ _CLAIM_SQL = f"""
         running_audit = pending_audit, pending_audit = '{{}}',
         dirty = false
     WHERE reconciler = %(claim_r)s AND namespace = %(claim_ns)s AND name = %(claim_n)s
-      AND token = %(claim_token)s AND NOT paused
+      AND token = %(claim_token)s AND NOT paused {only}
       -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
       AND (state = 'queued'
            OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
     RETURNING id, attempts, running_triggers, running_audit,
         extract(epoch FROM now() - greatest(enqueued_at, coalesce(due_at, enqueued_at)))
     """
+
+
+_CLAIM_SQL = _claim_sql()
+
+# Ending a run and claiming the next key in one statement locks two rows. Its parts lock
+# them in whatever order PostgreSQL runs them, so both first read this CTE, which locks both
+# rows in LOCK_ORDER (rows are read from it lazily, in its order, and locked as read).
+_LOCK_BOTH = f"""lk AS MATERIALIZED (
+    SELECT id FROM {TABLE}
+    WHERE id = %(id)s OR (reconciler = %(claim_r)s AND namespace = %(claim_ns)s
+                          AND name = %(claim_n)s)
+    ORDER BY {LOCK_ORDER} FOR UPDATE)"""
+_LOCKED = "AND id IN (SELECT id FROM lk)"
 
 
 class ClaimRequest(NamedTuple):
@@ -298,6 +313,7 @@ def finish_recorded_then_claim(claim_: Claim, decision: Decision, max_countdown:
 def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
             record: Row | None, then: ClaimRequest | None = None,
             ) -> tuple[Dispatch | None, int, Claim | None]:
+    locked = _LOCKED if then is not None else ""
     update = f"""
             UPDATE {TABLE} SET
                 state = CASE WHEN dirty THEN 'queued'
@@ -323,7 +339,7 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
                 dirty = false, lease_expires_at = NULL, worker = '',
                 last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
                 last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
-            WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+            WHERE id = %(id)s AND token = %(token)s AND state = 'running' {locked}
             RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
                 extract(epoch FROM now()) AS at
             """
@@ -350,7 +366,7 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
         # Each part returns at most one row; the outer query always returns exactly one, with
         # NULLs for a part that matched nothing.
         params.update(then.params())
-        sql = f"""WITH {', '.join(ctes)}, c AS ({_CLAIM_SQL})
+        sql = f"""WITH {_LOCK_BOTH}, {', '.join(ctes)}, c AS ({_claim_sql(_LOCKED)})
             SELECT {', '.join(columns)}, c.* FROM (VALUES (1)) AS one(x)
             LEFT JOIN {ends if len(ctes) == 1 else f"({ends})"} ON true LEFT JOIN c ON true"""
     started = time.monotonic()

@@ -469,3 +469,34 @@ def test_enqueue_and_reap_over_the_same_rows_never_deadlock():
         WorkItem.objects.update(state="running", lease_expires_at="2000-01-01T00:00:00Z",
                                 worker="gone", paused=False)
         assert _race(lambda: ledger.enqueue(keys, "modified"), reap) == []
+
+
+def test_ending_a_run_and_claiming_the_next_key_never_deadlocks_with_an_enqueue():
+    """That statement locks two rows, the ended run's and the next key's. An enqueue of both
+    (one statement, or as here one transaction to hold the window open) locks them in key
+    order: the next key's ("a-...") first. Ending the run must not hold "z-..." meanwhile."""
+    from django.db import transaction
+
+    ending, following = key("z-ending"), key("a-next")
+    decision = Decision("success", 0)
+    for _ in range(3):
+        WorkItem.objects.update(state="idle", dirty=False, pending_triggers=[])
+        (de,) = ledger.enqueue([ending], "added")
+        running = ledger.claim(ending, de.token, "w", LEASE)
+        (dn,) = ledger.enqueue([following], "added")
+        then = ledger.ClaimRequest(following, dn.token, "w", LEASE)
+        holds_next = threading.Event()
+
+        def enqueue_in_key_order() -> None:
+            with transaction.atomic():
+                ledger.enqueue([following], "modified")
+                holds_next.set()
+                time.sleep(0.3)  # the run ends meanwhile
+                ledger.enqueue([ending], "modified")
+
+        def end_and_claim() -> None:
+            assert holds_next.wait(5)
+            ledger.finish_recorded_then_claim(running, decision, 300, 0.0,
+                                              _row(running, decision), then)
+
+        assert _race(enqueue_in_key_order, end_and_claim) == []
