@@ -429,10 +429,12 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
     Rows are locked in key order, as by every other statement that locks several rows (see
-    ``LOCK_ORDER``): no deadlocks.
+    ``LOCK_ORDER``), and each pass commits on its own: held together, the three passes' locks
+    would not be in one order any more, and an enqueue could deadlock with them. Each pass is
+    complete alone; what it returns is sent once all three ran.
     """
     backlog = backlog or Backlog({})
-    with transaction.atomic(), _cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {TABLE} SET

@@ -500,3 +500,34 @@ def test_ending_a_run_and_claiming_the_next_key_never_deadlocks_with_an_enqueue(
                                               _row(running, decision), then)
 
         assert _race(enqueue_in_key_order, end_and_claim) == []
+
+
+def test_the_reapers_statements_never_deadlock_with_an_enqueue():
+    """The reaper's passes (lost runs, lost messages, due retries) each lock rows in key
+    order; held together in one transaction, the first pass's "z-..." and the second's
+    "a-..." were not in key order any more against an enqueue of both."""
+    from django.db import transaction
+
+    lost, waiting = key("z-lost"), key("a-waiting")
+    for _ in range(3):
+        WorkItem.objects.update(state="idle", dirty=False, pending_triggers=[])
+        (dl,) = ledger.enqueue([lost], "added")
+        ledger.claim(lost, dl.token, "gone", LEASE)
+        ledger.enqueue([waiting], "added")
+        WorkItem.objects.filter(name=lost.name).update(lease_expires_at="2000-01-01T00:00:00Z")
+        WorkItem.objects.filter(name=waiting.name).update(dispatched_at="2000-01-01T00:00:00Z")
+        holds_first = threading.Event()
+
+        def enqueue_in_key_order() -> None:
+            with transaction.atomic():
+                ledger.enqueue([waiting], "modified")
+                holds_first.set()
+                time.sleep(0.3)  # the reaper runs meanwhile
+                ledger.enqueue([lost], "modified")
+
+        def reap_meanwhile() -> None:
+            assert holds_first.wait(5)
+            time.sleep(0.05)
+            reap()
+
+        assert _race(enqueue_in_key_order, reap_meanwhile) == []
