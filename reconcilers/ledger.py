@@ -39,10 +39,12 @@ log = logging.getLogger(__name__)
 
 TABLE = WorkItem._meta.db_table
 
-# Every statement that locks several rows locks them in this order, the unique index's: two
-# statements that took the same rows in two orders (enqueue by key, the reaper by id) could each
-# hold a row the other waits for, and PostgreSQL ends one of them with a deadlock error.
-LOCK_ORDER = "reconciler, namespace, name"
+# Every statement that locks several rows locks them in this order, the key's: two statements
+# that took the same rows in two orders (enqueue by key, the reaper by id) could each hold a
+# row the other waits for, and PostgreSQL ends one of them with a deadlock error. Byte order
+# ("C"), whatever the database's collation: Python's sorted() of keys agrees with it, for
+# callers that lock in several statements of one transaction (``manual``).
+LOCK_ORDER = 'reconciler COLLATE "C", namespace COLLATE "C", name COLLATE "C"'
 
 
 class Dispatch(NamedTuple):
@@ -136,9 +138,10 @@ def _fetch(cursor) -> list[tuple]:
 
 _ENQUEUE_SQL = f"""
 WITH input AS (
-    SELECT DISTINCT reconciler, namespace, name
-    FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
-        AS t(reconciler, namespace, name)
+    SELECT reconciler, namespace, name FROM (
+        SELECT DISTINCT reconciler, namespace, name
+        FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
+            AS t(reconciler, namespace, name)) AS distinct_keys
     ORDER BY {LOCK_ORDER}  -- rows are locked in one order: no deadlocks
 )
 INSERT INTO {TABLE} AS w (

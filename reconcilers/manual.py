@@ -28,8 +28,12 @@ def _audit(user, ip: str | None, action: str, reconciler: str, keys: Sequence[Ke
 
 
 def _by_reconciler(keys: Sequence[Key]) -> dict[str, list[Key]]:
+    """The keys grouped by reconciler, in reconciler order: an action is one transaction of a
+    statement per group, so its groups must come in the ledger's lock order (reconciler
+    first) as its rows within a group do - else an enqueue of keys of two of them, taking
+    them in that order, could deadlock with it."""
     out: dict[str, list[Key]] = {}
-    for k in keys:
+    for k in sorted(keys):
         out.setdefault(k.reconciler, []).append(k)
     return out
 
