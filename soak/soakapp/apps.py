@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class SoakAppConfig(AppConfig):
     name = "soak.soakapp"
     label = "soakapp"
+
+    def ready(self) -> None:
+        from . import messages
+
+        messages.connect()

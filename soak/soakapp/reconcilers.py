@@ -1,6 +1,11 @@
 """``SoakItem``: keeps ``spec.children`` ConfigMaps holding ``spec.value``, and writes a side
 channel the soak's checker reads independently of the operator's own history.
 
+Faults it can be asked for: ``spec.blockUntil`` (a unix time) makes each run until then block
+in C (``time.sleep``) past its deadline, where no interruption reaches it. It writes
+``settings.SOAK_NOTE`` into ``status.note``: the soak's rolling upgrade changes that setting
+and checks every object shows the new one (the start pass reconciles every object).
+
 Side channel: one line per event appended to ``$SOAK_TRACE`` (``O_APPEND``: atomic for short
 lines): ``start|write <key> <run id> <unix time>``, a ``write`` only when the cluster really
 changed (a new resourceVersion, a deletion). The checker rebuilds each run's active span
@@ -12,6 +17,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
+
+from django.conf import settings
 
 from reconcilers.api import Owns, Reconciler, predicates, register
 
@@ -47,6 +54,9 @@ class SoakItemReconciler(Reconciler):
         value, children = int(spec.get("value", 0)), int(spec.get("children", 0))
         name = obj["metadata"]["name"]
         time.sleep(float(os.environ.get("SOAK_WORK_SECONDS", "0.05")))
+        blocked_for = float(spec.get("blockUntil") or 0) - time.time()
+        if blocked_for > 0:  # in C, for longer than any deadline: only abandonment ends it
+            time.sleep(min(blocked_for, 4 * self.timeout))
         for i in range(MAX_CHILDREN):
             child = f"{name}-{i}"
             before = _rv(ctx.get("v1", "ConfigMap", child))
@@ -59,5 +69,6 @@ class SoakItemReconciler(Reconciler):
             elif before is not None and ctx.delete("v1", "ConfigMap", child):
                 _trace("write", key, run)
         before = _rv(ctx.obj)
-        if _rv(ctx.patch_status({"value": value, "children": children})) != before:
+        if _rv(ctx.patch_status({"value": value, "children": children,
+                                         "note": settings.SOAK_NOTE})) != before:
             _trace("write", key, run)
