@@ -1,12 +1,19 @@
-"""The chaos soak: ``python -m soak [--minutes M] [--seed S]`` (``make soak``).
+"""The chaos soak: ``python -m soak [--minutes M] [--seed S] [--faults all|proxy]`` (``make soak``).
 
 Runs the whole operator - two watchers, three prefork workers, beat - on the local stack
 against a few hundred ``SoakItem`` objects in several namespaces, while it keeps changing and
 deleting objects and their children and, at random (seeded), kills workers and watchers (-9),
-stops a worker past its lease (SIGSTOP/SIGCONT), restarts PostgreSQL, Redis and the
-api-server. Then the faults stop and an independent checker (``soak.check``) asserts the
-promises from the cluster, the history and the side channel the reconciler writes. Exit
-status 0 only when every check passed; the figures are printed and written as JSON.
+stops a worker past its lease (SIGSTOP/SIGCONT), injects network faults through a Toxiproxy
+between the operator and PostgreSQL, Redis and the api-server, has the api-server answer 429
+and 500, pauses the leading watcher past its Lease, makes reconciles block in C, rolls an
+upgrade through every process, and (``--faults all``) restarts PostgreSQL, Redis (empty, and
+from a stale snapshot) and the api-server (``soak.faults``). The operator runs as a
+ServiceAccount of its own, its every connection through the proxy.
+
+Then the faults stop and an independent checker (``soak.check``) asserts the promises from the
+api-server, its audit log, the messages counted at the broker, the history and the side
+channel the reconciler writes. Exit status 0 only when every check passed; the figures are
+printed and written as JSON, and ``--write-docs`` writes them into docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -28,11 +35,14 @@ sys.path.insert(0, str(REPO))
 
 from reconcilers.devstack import config as stack_config  # noqa: E402
 from reconcilers.devstack import controlplane, process, services  # noqa: E402
+from soak import faults, report  # noqa: E402
+from soak.toxiproxy import Toxiproxy  # noqa: E402
 
 GROUP, VERSION, PLURAL = "soak.operator.local", "v1", "soakitems"
 CRD = REPO / "soak" / "soakapp" / "crds" / "soakitems.soak.operator.local.yaml"
 REDIS_DB = 7
 LEASE_SECONDS = 4  # the SoakItem reconciler's run deadline
+MODES = ("all", "proxy")  # proxy: no restart of the stack's services (a shared stack)
 
 
 @dataclass
@@ -72,12 +82,17 @@ class Soak:
     namespaces: int
     work: Path
     pool: str = "prefork"  # the workers' Celery pool: prefork, or threads (the default layout)
+    mode: str = "all"  # which faults: every kind, or none that restarts a shared service
     rng: random.Random = field(init=False)
     faults: dict = field(default_factory=dict)
     changes: int = 0
     max_backlog: int = 0
     crashes: list = field(default_factory=list)  # processes that exited on their own
     worker_exits: list = field(default_factory=list)  # Celery workers that exited on their own
+    exits: list = field(default_factory=list)  # every exit on its own, with its explanation
+    note: str = "initial"  # status.note every object must show (rolling_upgrade changes it)
+    upgrades: int = 0
+    leader_lease: float = 6
     procs: list[Proc] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -88,20 +103,42 @@ class Soak:
         self.trace = self.work / "trace.log"
         self.db_url = self.cfg.database_url.rsplit("/", 1)[0] + "/operator_soak"
         self.redis_url = self.cfg.redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
+        self.messages = self.work / "messages.log"
+        self.toxiproxy: Toxiproxy | None = None
+        self.username = f"system:serviceaccount:{self.ns[0]}:soak-operator"
+
+    def window(self) -> float:
+        """How long one fault lasts: short when every kind must fit in CI's short soak."""
+        return self.rng.uniform(3, 5) if self.minutes < 3 else self.rng.uniform(4, 15)
+
+    def identity_subject(self) -> dict:
+        return {"kind": "ServiceAccount",
+                "serviceAccount": {"name": "soak-operator", "namespace": self.ns[0]}}
+
+    def through_proxy(self, url: str, name: str) -> str:
+        """``url`` with its port replaced by the proxy's."""
+        scheme, rest = url.split("://", 1)
+        auth, _, hostpath = rest.rpartition("@")
+        hostport, _, path = hostpath.partition("/")
+        host = hostport.rsplit(":", 1)[0]
+        return f"{scheme}://{auth + '@' if auth else ''}{host}:{self.toxiproxy.listen[name]}/{path}"
 
     # --- set-up ----------------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
+        """The operator's: every service through the proxy, as the soak's ServiceAccount."""
         return {**os.environ, "DJANGO_SETTINGS_MODULE": "soak.settings", "DEBUG": "1",
-                "DATABASE_URL": self.db_url, "REDIS_URL": self.redis_url,
-                "KUBECONFIG": str(self.cfg.kubeconfig), "PYTHONUNBUFFERED": "1",
-                "SOAK_TRACE": str(self.trace), "LOG_LEVEL": "WARNING", "OPERATOR_SAMPLES": "0",
+                "DATABASE_URL": self.through_proxy(self.db_url, "postgres"),
+                "REDIS_URL": self.through_proxy(self.redis_url, "redis"),
+                "KUBECONFIG": str(self.work / "operator.kubeconfig"), "PYTHONUNBUFFERED": "1",
+                "SOAK_TRACE": str(self.trace), "SOAK_MESSAGES": str(self.messages),
+                "SOAK_NOTE": self.note, "LOG_LEVEL": "WARNING", "OPERATOR_SAMPLES": "0",
                 # Several watchers and workers on one host: no HTTP endpoints to collide.
                 "OPERATOR_WATCHER_HTTP_PORT": "0", "OPERATOR_WORKER_HTTP_PORT": "0",
                 "RECONCILERS_NAMESPACES": ",".join(self.ns),
                 "RECONCILERS_LEASE_NAME": f"soak-{self.run_id}",
                 "RECONCILERS_REAPER_INTERVAL": "1", "RECONCILERS_REDISPATCH_AFTER": "5",
-                "RECONCILERS_LEADER_LEASE_SECONDS": "6",
+                "RECONCILERS_LEADER_LEASE_SECONDS": f"{self.leader_lease:g}",
                 "RECONCILERS_BACKOFF_BASE": "0.05", "RECONCILERS_BACKOFF_MAX": "5"}
 
     def setup(self) -> None:
@@ -113,6 +150,8 @@ class Soak:
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "logs").mkdir(exist_ok=True)
         self.trace.write_text("")
+        self.messages.write_text("")
+        self.start_proxy()
         admin = self.cfg.database_url.rsplit("/", 1)[0] + "/postgres"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute('DROP DATABASE IF EXISTS "operator_soak" WITH (FORCE)')
@@ -125,11 +164,40 @@ class Soak:
                      f"crd/{PLURAL}.{GROUP}")
         for ns in self.ns:
             self.kubectl("create", "namespace", ns)
+        self.operator_identity()
         per_ns = max(1, self.objects // self.namespaces)
         self.names = {ns: [f"item-{i}" for i in range(per_ns)] for ns in self.ns}
         docs = [self.item(ns, name, self.rng.randint(0, 9), self.rng.randint(0, 3))
                 for ns, names in self.names.items() for name in names]
         self.kubectl_apply(docs)
+
+    def start_proxy(self) -> None:
+        self.toxiproxy = Toxiproxy(self.work / "logs" / "toxiproxy.log")
+        self.toxiproxy.proxy("postgres", self.cfg.postgres_port)
+        self.toxiproxy.proxy("redis", self.cfg.redis_port)
+        self.toxiproxy.proxy("api-server", self.cfg.apiserver_port)
+
+    def operator_identity(self) -> None:
+        """A ServiceAccount of the soak's own (cluster-admin), so the faults that act on the
+        api-server's side (APF, a webhook) can match the soak's operator and nothing else; its
+        kubeconfig names the proxy (the serving certificate covers 127.0.0.1, any port)."""
+        sa_ns = self.ns[0]
+        self.kubectl("-n", sa_ns, "create", "serviceaccount", "soak-operator")
+        self.kubectl("create", "clusterrolebinding", f"soak-{self.run_id}",
+                     "--clusterrole", "cluster-admin",
+                     f"--serviceaccount={sa_ns}:soak-operator")
+        token = self.kubectl("-n", sa_ns, "create", "token", "soak-operator",
+                             "--duration", "12h").stdout.strip()
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": "soak",
+               "clusters": [{"name": "soak", "cluster": {
+                   "server": f"https://127.0.0.1:{self.toxiproxy.listen['api-server']}",
+                   "certificate-authority": str(self.cfg.pki_dir / "ca.crt")}}],
+               "users": [{"name": "soak-operator", "user": {"token": token}}],
+               "contexts": [{"name": "soak", "context": {"cluster": "soak",
+                                                         "user": "soak-operator"}}]}
+        path = self.work / "operator.kubeconfig"
+        path.write_text(json.dumps(doc, indent=2))
+        path.chmod(0o600)
 
     def item(self, ns: str, name: str, value: int, children: int) -> dict:
         return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SoakItem",
@@ -202,6 +270,7 @@ class Soak:
     def kill(self, group: list[Proc], what: str) -> None:
         self.supervise()  # a process that already exited on its own is counted as such
         victim = self.rng.choice(group)
+        victim.signal(signal.SIGCONT)  # one paused by another fault must still die now
         victim.signal(signal.SIGKILL)
         victim.popen.wait(10)
         victim.start(self.env(), self.work / "logs")
@@ -233,14 +302,31 @@ class Soak:
         controlplane.start(self.cfg)
         self.count("api-server restarted (every watch dropped)")
 
-    def chaos(self, each_fault: bool = False) -> None:
-        self.deleted: list[tuple[str, str]] = []
+    def actions(self) -> list[tuple[object, float]]:
+        """What the chaos loop does, with its weight: changes first, then every fault this
+        mode allows."""
         actions = [(self.change_objects, 30), (self.delete_object, 6), (self.delete_child, 6),
                    (lambda: self.kill(self.workers, "worker"), 4),
                    (lambda: self.kill(self.watchers, "watcher"), 3),
-                   (self.stop_worker_past_its_lease, 2), (self.restart_postgres, 1),
-                   (self.restart_redis, 1), (self.restart_apiserver, 1)]
-        funcs, weights = zip(*actions)
+                   (self.stop_worker_past_its_lease, 2)]
+        for proxy in faults.SERVICES:
+            for fault in ("latency", "black hole", "reset", "data limit"):
+                actions.append(((lambda p=proxy, f=fault: faults.proxy_fault(self, p, f)),
+                                0.4))
+        actions += [(lambda: faults.api_throttled(self), 1),
+                    (lambda: faults.api_failing(self), 1),
+                    (lambda: faults.pause_leader(self), 1),
+                    (lambda: faults.block_in_c(self), 1),
+                    (lambda: faults.rolling_upgrade(self), 0.5)]
+        if self.mode == "all":
+            actions += [(self.restart_postgres, 1), (self.restart_redis, 1),
+                        (self.restart_apiserver, 1),
+                        (lambda: faults.redis_stale_snapshot(self), 0.5)]
+        return actions
+
+    def chaos(self, each_fault: bool = False) -> None:
+        self.deleted: list[tuple[str, str]] = []
+        funcs, weights = zip(*self.actions())
         deadline = time.monotonic() + self.minutes * 60
         if each_fault:  # every kind of fault at least once, in a seeded order, then at random
             for fault in self.rng.sample(funcs[1:], len(funcs) - 1):
@@ -265,6 +351,8 @@ class Soak:
         for p in self.procs:
             code = p.popen.poll()
             if code is not None:
+                self.exits.append((p.name, code, report.explain_exit(
+                    code, self.work / "logs" / f"{p.name}.log")))
                 # Celery's own consumer can die when Redis restarts under it (a kombu bug in
                 # the pidbox's pub/sub reconnect: "Unrecoverable error: AttributeError
                 # ('NoneType' object has no attribute 'hostname')"). Counted apart: the
@@ -277,7 +365,12 @@ class Soak:
 
     def stop(self) -> None:
         for p in self.procs:
+            p.signal(signal.SIGCONT)
             p.stop()
+        if self.toxiproxy is not None:
+            self.toxiproxy.stop()
+        self.kubectl("delete", "clusterrolebinding", f"soak-{self.run_id}", "--wait=false",
+                     check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,22 +385,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="inject every kind of fault at least once (CI's short soak)")
     parser.add_argument("--pool", choices=["prefork", "threads"], default="prefork",
                         help="the workers' Celery pool (threads: the default layout's)")
+    parser.add_argument("--faults", choices=MODES, default="all",
+                        help="all: every kind; proxy: none that restarts PostgreSQL, Redis or "
+                             "the api-server (for a stack others use)")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write the figures into docs/reliability.md's measured section")
     parser.add_argument("--work", type=Path, default=REPO / ".local" / "soak")
     parser.add_argument("--report", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args(argv)
 
-    soak = Soak(args.minutes, args.seed, args.objects, args.namespaces, args.work, args.pool)
+    soak = Soak(args.minutes, args.seed, args.objects, args.namespaces, args.work, args.pool,
+                args.faults)
     print(f"soak: seed {args.seed}, {args.minutes:g} min, {args.objects} objects in "
-          f"{args.namespaces} namespaces, {args.pool} workers; logs in {args.work}", flush=True)
+          f"{args.namespaces} namespaces, {args.pool} workers, faults: {args.faults}; "
+          f"logs in {args.work}", flush=True)
     started = time.monotonic()
     soak.setup()
     soak.start_operator()
     try:
         soak.chaos(each_fault=args.each_fault)
         soak.supervise()
-        os.environ.update({k: v for k, v in soak.env().items()
-                           if k in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL",
-                                    "KUBECONFIG", "DEBUG")})
+        # The checker reads the services directly, as the stack's admin.
+        os.environ.update({"DJANGO_SETTINGS_MODULE": "soak.settings", "DEBUG": "1",
+                           "DATABASE_URL": soak.db_url, "REDIS_URL": soak.redis_url,
+                           "KUBECONFIG": str(soak.cfg.kubeconfig)})
         from soak import check
 
         result = check.run(soak, settle=args.settle)
@@ -316,12 +417,15 @@ def main(argv: list[str] | None = None) -> int:
         for ns in soak.ns:
             soak.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     result.update({"seed": args.seed, "minutes": args.minutes, "pool": args.pool,
-                   "faults": soak.faults,
+                   "fault mode": args.faults, "objects requested": args.objects,
+                   "commit": report.commit(), "faults": soak.faults,
                    "changes": soak.changes, "seconds": round(time.monotonic() - started)})
     print(json.dumps(result, indent=2), flush=True)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(result, indent=2) + "\n")
+    if args.write_docs:
+        report.write_docs(result, REPO / "docs" / "reliability.md")
     return 0 if result["passed"] else 1
 
 

@@ -1,12 +1,17 @@
-"""The soak's independent checker: the operator's promises, read from the cluster, the ledger,
-the history and the reconciler's side channel - never from the operator's own opinion.
+"""The soak's independent checker: the operator's promises, read from the api-server, its
+audit log, the messages counted at the broker, the ledger, the history and the reconciler's
+side channel - never from the operator's own opinion.
 
-1. every live object converged to its last spec (status, observedGeneration, its children);
+1. every live object converged to its last spec (status, observedGeneration, its children)
+   and shows the note of the last rolling upgrade;
 2. every deleted object's children are gone;
-3. no two runs of one key overlapped - in the history, and in the side channel (the span from
-   a run's start to its last write);
-4. no key is left running, queued or in backoff once everything converged;
-5. the broker's backlog stayed bounded and ends empty.
+3. no two runs of one key overlapped - in the api-server's audit log (``soak.audit``: no two
+   runs' writes to one object interleave), in the history, and in the side channel (the span
+   from a run's start to its last write);
+4. no message lost: every key of a message the broker never delivered ran after it anyway, or
+   its object is gone;
+5. no key is left running, queued or in backoff once everything converged;
+6. the broker's backlog stayed bounded and ends empty; every process exit is explained.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from itertools import combinations
+from pathlib import Path
+
+from soak import audit
 
 
 def _django():
@@ -48,6 +56,10 @@ def unconverged(soak, api) -> list[str]:
             if (status.get("value"), status.get("children"), status.get("observedGeneration")) \
                     != (spec["value"], spec["children"], item["metadata"]["generation"]):
                 problems.append(f"{ns}/{name}: status {status} for spec {spec}")
+                continue
+            if status.get("note") != soak.note:
+                problems.append(f"{ns}/{name}: note {status.get('note')!r}, not the last "
+                                f"upgrade's {soak.note!r}")
                 continue
             for i in range(4):
                 cm = cms.get(f"{name}-{i}")
@@ -108,6 +120,73 @@ def side_channel_overlaps(trace_path) -> tuple[int, list[str]]:
     return sum(len(r) for r in spans.values()), found
 
 
+def messages(path: Path) -> tuple[dict, list[tuple[str, float, list[str]]]]:
+    """Messages published and received (``soak/soakapp/messages.py``), paired per task id in
+    time order; returns the figures and the messages the broker never delivered."""
+    published: dict[str, list[tuple[float, list[str]]]] = defaultdict(list)
+    received: dict[str, list[float]] = defaultdict(list)
+    for line in path.read_text().splitlines() if path.exists() else []:
+        parts = line.split()
+        try:
+            if parts[0] == "publish":
+                published[parts[1]].append((float(parts[2]), parts[3:]))
+            elif parts[0] == "receive":
+                received[parts[1]].append(float(parts[2]))
+        except (IndexError, ValueError):
+            continue  # a line torn by a kill -9
+    undelivered = []
+    for task_id, sends in published.items():
+        sends.sort()
+        # Each receipt accounts for the latest send before it; a redelivered message (a
+        # stale snapshot, a restored one) is received more often than sent.
+        pending = list(sends)
+        for at in sorted(received.get(task_id, [])):
+            before = [s for s in pending if s[0] <= at + 1]
+            if before:
+                pending.remove(before[-1])
+        undelivered += [(task_id, at, keys) for at, keys in pending]
+    figures = {"messages published": sum(len(v) for v in published.values()),
+               "messages received by workers": sum(len(v) for v in received.values()),
+               "messages the broker never delivered": len(undelivered)}
+    return figures, undelivered
+
+
+def lost_keys(undelivered, trace_path: Path, live: set[str], slack: float = 2.0) -> list[str]:
+    """Keys of undelivered messages that never ran after the message was sent though their
+    object still exists: work the operator lost. ``slack`` covers a run claimed from an
+    earlier message in the instant before the reaper sent its key again."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    for line in trace_path.read_text().splitlines() if trace_path.exists() else []:
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "start":
+            try:
+                starts[parts[1]].append(float(parts[3]))
+            except ValueError:
+                continue
+    lost = []
+    for task_id, at, keys in undelivered:
+        for key in keys:
+            if key.partition(":")[2] in live and not any(s >= at - slack for s in starts.get(key, [])):
+                lost.append(f"{key}: in message {task_id} sent at {at:.3f}, never run after")
+    return lost
+
+
+def audit_check(soak) -> dict:
+    """What the api-server's audit log shows, or why it was not read (never a pass)."""
+    from reconcilers.devstack import controlplane
+
+    if not controlplane.audit_enabled(soak.cfg):
+        return {"ran": False, "why not": "the running kube-apiserver has no audit log (a stack "
+                "started before the audit flags: restart it with `make down up`)"}
+    found = audit.read(soak.cfg.audit_log, f"soak-{soak.run_id}-")
+    if not found:
+        return {"ran": False, "why not": f"no write of this run in {soak.cfg.audit_log}"}
+    return {"ran": True, **audit.summary(found), "overlaps": audit.overlaps(found),
+            "writes outside any run": audit.outside_runs(found),
+            "writes answered 429": sum(w.code == 429 for w in found),
+            "writes answered 5xx": sum(w.code >= 500 for w in found)}
+
+
 def run(soak, settle: float) -> dict:
     _django()
     import redis
@@ -128,6 +207,11 @@ def run(soak, settle: float) -> dict:
     settled_in = round(settle - (deadline - time.monotonic()), 1)
     history = history_overlaps()
     side_runs, side = side_channel_overlaps(soak.trace)
+    seen = audit_check(soak)
+    message_figures, undelivered = messages(soak.messages)
+    live = {f"{ns}/{name}" for ns, names in soak.names.items() for name in names}
+    lost_work = lost_keys(undelivered, soak.trace, live)
+    unexplained = [f"{name} exited with {code}" for name, code, why in soak.exits if not why]
     backlog = redis.Redis.from_url(soak.redis_url).llen("celery")
     records = ReconcileRecord.objects.count()
     lost = ReconcileRecord.objects.filter(error_class="WorkerLost").count()
@@ -141,6 +225,13 @@ def run(soak, settle: float) -> dict:
             not final_unconverged,
         "no key left running, queued or in backoff": not final_unsettled,
         "no overlapping runs in the history": not history,
+        # None: not run (no audit log) - never a pass.
+        "no overlapping writes in the api-server's audit log":
+            (not seen["overlaps"]) if seen["ran"] else None,
+        "no write to the soak's objects outside a run (audit log)":
+            (not seen["writes outside any run"]) if seen["ran"] else None,
+        "no message lost (every key of an undelivered message ran after it)": not lost_work,
+        "every process exit explained": not unexplained,
         "no overlapping runs in the side channel": not side,
         "the broker's backlog ends empty": backlog == 0,
         "no watcher or beat process exited on its own": not soak.crashes,
@@ -148,10 +239,16 @@ def run(soak, settle: float) -> dict:
             soak.max_backlog <= 2 * objects + 100,
     }
     return {
-        "passed": all(checks.values()), "checks": checks, "objects": objects,
+        "passed": all(v is True for v in checks.values()), "checks": checks, "objects": objects,
         "namespaces": len(soak.ns), "runs recorded": records, "runs in the side channel":
             side_runs, "runs lost to killed workers (recorded by the reaper)": lost,
-        "overlaps": len(history) + len(side),
+        "overlaps": len(history) + len(side) + len(seen.get("overlaps", [])),
+        "audit log": {k: (v[:20] if isinstance(v, list) else v) for k, v in seen.items()},
+        "audit overlaps": len(seen["overlaps"]) if seen["ran"] else None,
+        **message_figures, "keys lost": lost_work[:20], "lost": len(lost_work),
+        "process exits": [f"{name} exited with {code}: {why or 'UNEXPLAINED'}"
+                          for name, code, why in soak.exits],
+        "note": soak.note,
         "unconverged": (final_unconverged + final_unsettled)[:20],
         "settled in (s)": settled_in, "max broker backlog": soak.max_backlog,
         "overlap details": (history + side)[:20], "crashed processes": soak.crashes,
