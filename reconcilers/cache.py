@@ -151,11 +151,19 @@ def _fenced_script(client: redis.Redis):
     return client.register_script(_FENCED)
 
 
+@per_process
+def _prompt_client_for(url: str) -> redis.Redis:
+    """The client of the leader's own fence calls: they run inside its renew deadline, so
+    they give up within 2 s, not 10 - a black-holed Redis must not hold a round past it."""
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
 def raise_fence(term: Term) -> int:
     """Raise the fence of ``term``'s Lease to it (never lower it); returns the fence after -
     above ``term`` when a newer leader, or an older history of the Lease, has been here.
     A new leader calls it before its streams start."""
-    applied, fence = _fenced_script(get_redis())(keys=[term.fence_key], args=[term.number])
+    client = _prompt_client_for(settings.REDIS_URL)
+    applied, fence = _fenced_script(client)(keys=[term.fence_key], args=[term.number])
     return int(fence) if not applied else term.number
 
 

@@ -376,3 +376,28 @@ def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, r
     lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
     assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
     assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 1
+
+
+def test_a_black_holed_redis_does_not_hold_the_round_that_takes_the_lease(api, namespace,
+                                                                         settings):
+    """Raising the fence is part of the round that takes the Lease: against a Redis that
+    accepts and never answers it gives up in 2 s and the candidate leads (its writes raise
+    the fence once Redis answers), instead of timing out after 10 s, past its deadline."""
+    import socket
+
+    from reconcilers import cache
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the backlog; nothing ever answers
+    try:
+        settings.REDIS_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        a = leader.LeaderElector(
+            "a", namespace, "lease", lease_seconds=15.0, api=api,
+            fence=lambda n: cache.raise_fence(cache.Term(f"{namespace}/lease", n)))
+        started = time.monotonic()
+        a.step()
+        assert time.monotonic() - started < 3
+        assert a.is_leader.is_set() and a.term == 0
+    finally:
+        silent.close()
