@@ -9,6 +9,7 @@ plumbing stay behind this surface.
 from . import events, predicates
 from .admission import ValidationError, Webhook
 from .context import Context, Lister, NotOwnedError, controller_of
+from .dependents import Dependent, Progress, Workflow
 from .kube import ApiError
 from .registry import Registry, register
 from .results import PermanentError, Result, TemporaryError
@@ -18,6 +19,7 @@ from .vocab import GVR, Index, Key, Owns, Watches
 __all__ = [
     "ApiError",
     "Context",
+    "Dependent",
     "GVR",
     "Index",
     "Key",
@@ -25,6 +27,7 @@ __all__ = [
     "NotOwnedError",
     "Owns",
     "PermanentError",
+    "Progress",
     "Reconciler",
     "Registry",
     "Result",
@@ -32,6 +35,7 @@ __all__ = [
     "ValidationError",
     "Watches",
     "Webhook",
+    "Workflow",
     "controller_of",
     "events",
     "predicates",
