@@ -14,6 +14,7 @@ from .kube import ApiError
 from .registry import Registry, register
 from .results import PermanentError, Result, TemporaryError
 from .spec import Reconciler
+from .timers import timer
 from .vocab import GVR, Index, Key, Owns, Watches
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "events",
     "predicates",
     "register",
+    "timer",
 ]

@@ -387,3 +387,22 @@ class CapabilityLevel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.level}. {self.name}"
+
+
+class Timer(models.Model):
+    """When each object's timer fires next (``timers``): one row per object and timer."""
+
+    reconciler = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=253, blank=True, default="")
+    name = models.CharField(max_length=253)
+    timer = models.CharField(max_length=26)
+    due_at = models.DateTimeField()
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["reconciler", "namespace", "name", "timer"],
+                                               name="timer_unique_key")]
+        indexes = [models.Index(fields=["reconciler", "due_at"], name="timer_reconciler_due")]
+
+    def __str__(self) -> str:
+        return f"{self.reconciler}:{self.namespace}/{self.name} {self.timer}"

@@ -1,4 +1,4 @@
-"""The periodic tasks - reaper, resync, history pruning - sent by the leading watcher.
+"""The periodic tasks - reaper, resync, history pruning, timers - sent by the leading watcher.
 
 The same tasks and intervals as Celery beat's schedule (``schedule``), published by a thread of
 the watcher while it leads (through ``broker``, so the watcher runs without Celery): exactly
@@ -20,9 +20,15 @@ from .conf import settings
 log = logging.getLogger(__name__)
 
 
-def schedule() -> dict[str, dict]:
-    """The periodic tasks, in beat's format: name -> {"task", "schedule" (seconds)}."""
+TIMERS_EVERY = 1.0  # seconds between looks for due timers (``timers``), when any is declared
+
+
+def schedule(with_timers: bool = False) -> dict[str, dict]:
+    """The periodic tasks, in beat's format: name -> {"task", "schedule" (seconds)}; the
+    timers' only where a registered reconciler declares one."""
+    timers = {"reconcilers-timers": {"task": "reconcilers.timers", "schedule": TIMERS_EVERY}}
     return {
+        **(timers if with_timers else {}),
         # The reaper also sends retries whose delay was too long for a broker countdown.
         "reconcilers-reap": {"task": "reconcilers.reap",
                              "schedule": settings().reaper_interval},

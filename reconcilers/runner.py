@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
                        transaction)
 
-from . import cache, deadlines, history, kube, logs, metrics, runpool, workqueue
+from . import cache, deadlines, history, kube, logs, metrics, runpool, timers, workqueue
 from .conf import Backoff, RunLimits, settings
 from .context import Context, fence_until
 from .decision import Decision, decide
@@ -94,8 +94,10 @@ def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | 
 
 
 def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
-           seen: Seen) -> tuple[str, Result | None]:
-    """Finalizer handling around the user's code. Returns (outcome if decided here, result)."""
+           seen: Seen, triggers: Sequence[str] = ()) -> tuple[str, Result | None]:
+    """Finalizer handling around the user's code. Returns (outcome if decided here, result).
+    A run triggered only by timers calls them instead of ``reconcile``; with other triggers
+    too, ``reconcile`` and then the timers (``timers``)."""
     finalizer = cls.finalizer_name()
     meta = obj["metadata"]
     if meta.get("deletionTimestamp"):
@@ -106,18 +108,29 @@ def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Contex
                 ctx.remove_finalizer(finalizer)
             return "", result
         return Outcome.SKIPPED, None
-    seen.phase = "reconcile"
+    fired = timers.fired(triggers)
+    only_timers = bool(fired) and _only_timers(triggers)
+    seen.phase = "timer" if only_timers else "reconcile"
     if finalizer:
         ctx.add_finalizer(finalizer)
         obj = ctx.obj
     if cls.resource is None:
-        return "", reconciler.reconcile(obj, ctx)
+        result = None if only_timers else reconciler.reconcile(obj, ctx)
+        timed = timers.run(reconciler, fired, obj, ctx) if fired else None
+        return "", timed if only_timers else result
     typed = cls.resource(obj)
-    result = reconciler.reconcile(typed, ctx)
+    result = None if only_timers else reconciler.reconcile(typed, ctx)
+    if fired:
+        timed = timers.run(reconciler, fired, typed, ctx)
+        result = timed if only_timers else result
     patch = typed.status_patch()
     if patch.get("status"):
         ctx.patch_status(patch["status"])
     return "", result
+
+
+def _only_timers(triggers: Sequence[str]) -> bool:
+    return bool(triggers) and all(t.startswith(timers.PREFIX) for t in triggers)
 
 
 def run(key_text: str, token: int, *, registry: Registry | None = None,
@@ -244,7 +257,7 @@ class Attempt:
 
 def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
             backoff: Backoff, api: kube.ApiClient | None = None,
-            fence: Callable[[], None] | None = None) -> Attempt:
+            fence: Callable[[], None] | None = None, triggers: Sequence[str] = ()) -> Attempt:
     """Read the object, call the user's code, decide: what a worker does for a key it holds,
     and what ``reconcilers.testing`` does for a test. Never raises for anything user code does.
     """
@@ -260,7 +273,8 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
         ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
                       fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
         try:
-            decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen)
+            decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
+                                     triggers)
         finally:
             seen.events, seen.final = ctx.events, ctx.obj
             seen.capabilities = list(ctx.capabilities)
@@ -288,12 +302,16 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
     with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard), \
             kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
         done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
-                       fence=fence_until(claim.check_held, claim.held_until))
+                       fence=fence_until(claim.check_held, claim.held_until),
+                       triggers=claim.triggers)
     if claim.released.is_set():  # abandoned: its record is written, its key released
         log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped",
                     key, time.perf_counter() - t0)
         return RunReport(dropped=True)
     decision, seen = done.decision, done.seen
+    if decision.trigger == Trigger.RETRY and _only_timers(claim.triggers):
+        # A failed timer is retried as that timer, not as a reconcile.
+        decision = replace(decision, trigger=timers.PREFIX + timers.fired(claim.triggers)[0])
     duration = time.perf_counter() - t0
     if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
         decision = replace(decision, error_message=(

@@ -26,7 +26,7 @@ from django import db
 from django.apps import apps
 
 from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
-               ratelimit, resync as resyncs, runner, runpool, scopes, workqueue)
+               ratelimit, resync as resyncs, runner, runpool, scopes, timers, workqueue)
 from .conf import RunLimits, process_setting
 from .registry import NotRegistered, registry
 from .vocab import Key
@@ -109,6 +109,14 @@ def resync() -> int:
     """Beat: re-enqueue every cached object of each reconciler whose resync period passed."""
     with _periodic_connection():
         return resyncs.resync_due()
+
+
+@shared_task(name="reconcilers.timers", ignore_result=True)
+def fire_timers() -> int:
+    """Every second (when a reconciler declares a timer): enqueue the objects whose timers
+    are due."""
+    with _periodic_connection():
+        return timers.fire_due(registry)
 
 
 @shared_task(name="reconcilers.prune_history", ignore_result=True)
@@ -254,7 +262,8 @@ def install() -> None:
                                f"{SoftTimeLimitExceeded.__qualname__}")
     deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's
     app = current_app
-    app.conf.beat_schedule = {**periodic.schedule(), **(app.conf.beat_schedule or {})}
+    app.conf.beat_schedule = {**periodic.schedule(timers.any_declared(registry)),
+                              **(app.conf.beat_schedule or {})}
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

@@ -243,7 +243,8 @@ def probe_crds(kube):
         crds.apply_manifest(kube, path)
     return ["probes.test.operator.local", "probes.finalizing.operator.local",
             "probes.deadline.operator.local", "probes.configured.operator.local",
-            "probes.ratelimited.operator.local", "probes.sharedrate.operator.local"]
+            "probes.ratelimited.operator.local", "probes.sharedrate.operator.local",
+            "probes.timed.operator.local"]
 
 
 @dataclass

@@ -30,6 +30,7 @@ from reconcilers.api import (
     Watches,
     predicates,
     register,
+    timer,
 )
 from reconcilers.cache import get_redis
 
@@ -120,6 +121,22 @@ class SharedRateProbeReconciler(ProbeReconciler):
 
     group = "sharedrate.operator.local"
     shared_rate_limit = "2/s"
+
+
+@register
+class TimedProbeReconciler(ProbeReconciler):
+    """The probe with a durable timer every second: ``status.beats`` counts its firings,
+    ``spec.timerFails`` makes the first N fail."""
+
+    group = "timed.operator.local"
+
+    @timer(interval=1)
+    def beat(self, obj: dict, ctx):
+        beats = _count(obj, "beats")
+        get_redis().rpush(f"probe:beats:{obj['metadata']['name']}", time.time())
+        if beats <= int((obj.get("spec") or {}).get("timerFails") or 0):
+            raise RuntimeError("scripted timer failure")
+        ctx.patch_status({"beats": beats})
 
 
 def _config_users(cm: dict) -> list[str]:

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
 from reconcilers import (broker, cache, checks, crds, leader, onstart, periodic, probes,
-                         scopes, watch, workqueue)
+                         scopes, timers, watch, workqueue)
 from reconcilers.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
 from reconcilers.registry import registry
@@ -110,7 +110,8 @@ class Command(BaseCommand):
             enqueuer = watch.Enqueuer(term)
             enqueuer.start()
             if conf.watcher_schedules:
-                periodic.Sender(periodic.schedule(), broker.send_periodic,
+                periodic.Sender(periodic.schedule(timers.any_declared(classes)),
+                                broker.send_periodic,
                                 until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity, term=fence)
             self._announce(classes, stop)
