@@ -132,3 +132,114 @@ def test_by_default_statements_are_bounded_but_migrate_is_not(worker_db_url):
     bounded = _run_django(show, worker_db_url, argv=["manage.py", "migrate"],
                           DATABASE_MIGRATE_STATEMENT_TIMEOUT="600")
     assert bounded.stdout.strip() == "10min", bounded.stderr
+
+
+class Forwarder:
+    """A TCP forwarder to PostgreSQL on a port of its own, so that a firewall rule can drop
+    the packets of its connections alone: a network that black-holes a live connection."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client = self.server.accept()[0]
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+        for s in self.sockets:  # the database's session ends with its connection
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def _wait_for_other_sessions_to_end(timeout: float = 10) -> None:
+    """The forwarded session's backend ends a moment after its socket closes; the test
+    database can only be dropped after."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0] == 0:
+                return
+        time.sleep(0.1)
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_a_live_connection_whose_network_drops_every_packet_fails_within_the_bound(
+        worker_db_url):
+    """The dead-peer bound, for real: packets to the database dropped (an iptables rule on a
+    forwarder's own port) after the connection is made; the next statement's bytes are never
+    acknowledged, and ``tcp_user_timeout`` ends the connection - not the kernel's ~15 minutes
+    of retransmissions."""
+    rule = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", "{port}", "-j", "DROP"]
+    probe = _iptables("-C", *[p.replace("{port}", "1") for p in rule])
+    if "Permission denied" in probe.stderr or probe.returncode not in (0, 1):
+        pytest.skip(f"no iptables here: {probe.stderr.strip()}")
+    s = connection.settings_dict
+    forwarder = Forwarder((s["HOST"], int(s["PORT"])))
+    url = worker_db_url.replace(f":{s['PORT']}/", f":{forwarder.port}/")
+    code = ("import time\n"
+            "from django.db import OperationalError\n"
+            "connection.cursor().execute('SELECT 1'); print('ready', flush=True)\n"
+            "sys.stdin.readline(); started = time.monotonic()\n"
+            "try:\n"
+            "    connection.cursor().execute('SELECT 1'); print('answered')\n"
+            "except OperationalError as exc:\n"
+            "    print('failed', round(time.monotonic() - started, 1))\n")
+    prelude = ("import sys; sys.argv = ['manage.py', 'shell']\n"
+               "import django; django.setup()\nfrom django.db import connection\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", prelude + code], cwd=REPO, text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": url,
+             "DATABASE_DEAD_PEER_TIMEOUT": "4", "DATABASE_CONN_MAX_AGE": "600"})
+    drop = [p.replace("{port}", str(forwarder.port)) for p in rule]
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        assert _iptables("-I", *drop).returncode == 0
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the statement still waits 30 s after the network went silent")
+    finally:
+        _iptables("-D", *drop)
+        forwarder.close()
+        _wait_for_other_sessions_to_end()
+    verdict, *elapsed = out.split()
+    assert verdict == "failed", (out, err)
+    assert float(elapsed[0]) < 4 + 4
