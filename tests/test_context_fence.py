@@ -102,7 +102,7 @@ def test_an_unfenced_context_writes_as_before(api, namespace):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(probe, namespace, redis_client,
+def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(api, probe, namespace, redis_client,
                                                           monkeypatch):
     from reconcilers.api import Reconciler, Registry, register
     from reconcilers.conf import RunLimits
