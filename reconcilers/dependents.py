@@ -216,6 +216,10 @@ class Progress:
         """Every wanted dependent is ready, and nothing is left to delete."""
         return not self.removed and all(s in (READY, ABSENT) for s in self.states.values())
 
+    def ready(self, name: str) -> bool:
+        """Whether the dependent ``name`` was applied and is ready."""
+        return self.states.get(name) == READY
+
     @property
     def pending(self) -> list[str]:
         """The dependents not settled yet, in order."""
