@@ -271,7 +271,7 @@ def test_the_leader_steps_down_at_its_renew_deadline_while_a_renewal_still_hangs
         stepped_down = time.monotonic() - since
         assert not a.is_leader.is_set(), "still leading with its renewal in flight"
         assert not answer.is_set()
-        assert stepped_down <= a.renew_deadline + 0.2
+        assert stepped_down <= a.renew_deadline + 0.5  # inside the lease (3 s) others judge by
         # A renewal answered more than the deadline after it was sent proves nothing about
         # now: no leadership from it ...
         late = slow_renewals["sent"] + a.renew_deadline + 0.1 - time.monotonic()
