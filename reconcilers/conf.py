@@ -45,6 +45,11 @@ class Settings:
     resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "
                                      "(seconds; 0 = never).")
     history_days: int = _s(14, "History older than this many days is pruned (0 = keep).")
+    record_inputs: str = _s("failed", "Which runs keep their inputs - the object and every "
+                                      "read through ctx - and writes, for `manage.py replay`: "
+                                      "`failed` (error or permanent), `all`, or `off`.")
+    record_inputs_max_kb: int = _s(256, "Inputs larger than this many KiB are not kept (the "
+                                        "run's history row says so).")
     history_per_key: int = _s(500, "At most this many history rows are kept per key "
                                    "(0 = no limit).")
     abandoned_runs_max: int = _s(4, "Thread-pool workers: a run still going at its hard "

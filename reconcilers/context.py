@@ -106,6 +106,14 @@ class Lister:
         self._watched = dict(watched)
         self._indexes = {(i.api_version, i.kind, i.name): i for i in indexes}
         self._scopes = dict(scopes or {})
+        # Every read and what it returned, in order, when the run's inputs are kept
+        # (``replay``): ``{"read": "get"|"list", "args": [...], "result": ...}``.
+        self.reads: list[dict] | None = None
+
+    def _noted(self, read: str, args: list, result: Any) -> Any:
+        if self.reads is not None:
+            self.reads.append({"read": read, "args": args, "result": copy.deepcopy(result)})
+        return result
 
     def resource(self, api_version: str, kind: str, plural: str | None = None) -> GVR:
         """The resource the watcher caches under that apiVersion and kind, or the conventional
@@ -121,6 +129,11 @@ class Lister:
         metadata only is read from the api-server, and so is a miss in a cache narrowed by a
         selector (the object may exist outside it). A Secret always comes from the
         api-server: the cache never holds its data."""
+        return self._noted("get", [api_version, kind, name, namespace, plural],
+                           self._get(api_version, kind, name, namespace, plural))
+
+    def _get(self, api_version: str, kind: str, name: str, namespace: str | None,
+             plural: str | None) -> dict | None:
         gvr = self.resource(api_version, kind, plural)
         ns = namespace or ""
         scope = ns if gvr.namespaced else None
@@ -144,6 +157,14 @@ class Lister:
         scope asked; otherwise one LIST from the api-server, filtered the same way. A cache
         narrowed by a selector lists what it holds, and one of metadata only lists metadata
         (as controller-runtime's scoped caches do). Deep copies: safe to modify."""
+        return self._noted("list", [api_version, kind, namespace,
+                                    dict(labels) if labels else None,
+                                    list(index) if index else None, plural],
+                           self._list(api_version, kind, namespace, labels, index, plural))
+
+    def _list(self, api_version: str, kind: str, namespace: str | None,
+              labels: Mapping[str, str] | None, index: tuple[str, str] | None,
+              plural: str | None) -> list[dict]:
         gvr = self.resource(api_version, kind, plural)
         ns = namespace or ""
         scope = (ns or None) if gvr.namespaced else None

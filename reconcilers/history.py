@@ -14,7 +14,7 @@ from .capabilities import record_evidence
 from .conf import settings
 from .decision import Decision
 from .workqueue import Claim, Row
-from .models import Outcome, ReconcileRecord
+from .models import Outcome, ReconcileRecord, RunInputs
 from .vocab import Key
 
 
@@ -138,4 +138,10 @@ def prune(days: int | None = None, per_key: int | None = None) -> int:
                 [per_key],
             )
             deleted += cursor.rowcount
+    with connection.cursor() as cursor:  # the inputs kept for replay go with their runs
+        cursor.execute(
+            f"""
+            DELETE FROM {RunInputs._meta.db_table} i WHERE NOT EXISTS (
+                SELECT 1 FROM {ReconcileRecord._meta.db_table} r WHERE r.id = i.record_id)
+            """)
     return deleted

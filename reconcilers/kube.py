@@ -215,6 +215,14 @@ def new_api_client() -> ApiClient:
     return ApiClient(_configuration(os.environ.get("KUBECONFIG") or None))
 
 
+class Offline:
+    """Stands in for an ``ApiClient`` where nothing may reach the api-server (``replay``):
+    ``request`` hands every call to ``answer(method, path, body, query, content_type)``."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
             query: dict | None = None, content_type: str = JSON,
             timeout: float | tuple[float, float] | None = 30, stream: bool = False,
@@ -228,6 +236,8 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     ``release_conn()``. ``timeout``: seconds for connecting and for each read, or a
     ``(connect, read)`` pair. ``accept``: another representation, e.g. ``METADATA_LIST``.
     """
+    if isinstance(api, Offline):
+        return api.answer(method, path, body, query, content_type)
     configuration = api.configuration
     # Credentials first: the kubeconfig loader's refresh hook also sets the host back.
     headers = {**api.default_headers, "Accept": accept, "Content-Type": content_type,

@@ -297,6 +297,7 @@ class AuditLog(models.Model):
         RESYNC = "resync"
         PAUSE = "pause"
         RESUME = "resume"
+        REPLAY = "replay"
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
@@ -406,3 +407,26 @@ class Timer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reconciler}:{self.namespace}/{self.name} {self.timer}"
+
+
+class RunInputs(models.Model):
+    """What one run read - the object and every read through ``ctx`` - and the writes it made:
+    enough to run the current code against exactly those inputs (``replay``). Kept for the
+    runs ``RECONCILERS_RECORD_INPUTS`` says, pruned with their history rows."""
+
+    record_id = models.BigIntegerField(unique=True, help_text="the ReconcileRecord's id")
+    obj = models.JSONField(help_text="the object as the run read it")
+    reads = models.JSONField(default=list, blank=True,
+                             help_text="every ctx.get/ctx.list, its arguments and its answer")
+    writes = models.JSONField(default=list, blank=True,
+                              help_text="the writes the run made: method, path, body")
+    triggers = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    size = models.PositiveIntegerField(default=0, help_text="bytes, as stored")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "run inputs"
+        verbose_name_plural = "run inputs"
+
+    def __str__(self) -> str:
+        return f"inputs of run #{self.record_id}"

@@ -17,6 +17,7 @@ whose process was stopped past its lease).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -32,7 +33,8 @@ from types import SimpleNamespace
 from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
                        transaction)
 
-from . import cache, deadlines, history, kube, logs, metrics, runpool, timers, workqueue
+from . import (cache, deadlines, history, inputs, kube, logs, metrics, runpool, timers,
+               workqueue)
 from .conf import Backoff, RunLimits, settings
 from .context import Context, fence_until
 from .decision import Decision, decide
@@ -77,6 +79,7 @@ class Seen:
     events: list = field(default_factory=list)
     phase: str = ""
     capabilities: list = field(default_factory=list)  # actions reported or seen
+    read: dict | None = None  # a copy of ``obj`` as read, when the run's inputs are noted
 
 
 def worker_identity() -> str:
@@ -272,6 +275,8 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
                            seen, None, None)
         ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
                       fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
+        if inputs.recording():  # for a replay of this run (``replay``): copies, before use
+            seen.read, ctx.lister.reads = copy.deepcopy(seen.obj), []
         try:
             decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
                                      triggers)
@@ -334,11 +339,22 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
         metrics.observe_run(key.reconciler, decision.outcome, duration,
                             retry=decision.delay is not None and decision.attempts > 0)
         logs.bind(record_id=record_id)
+    if record_id is not None and seen.read is not None and inputs.wanted(decision.outcome):
+        _keep_inputs(record_id, done, claim.triggers)
     if decision.outcome in (Outcome.ERROR, Outcome.PERMANENT):
         log.warning("%s: %s after %.1f ms: %s", key, decision.outcome, duration * 1000,
                     decision.error_message)
     return RunReport(outcome=decision.outcome, error=decision.error_message,
                      record_id=record_id, follow_up=follow_up)
+
+
+def _keep_inputs(record_id: int, done: Attempt, triggers: Sequence[str]) -> None:
+    """Keep what the run read and wrote for a replay; never at the run's expense."""
+    try:
+        inputs.keep(record_id, done.seen.read, done.ctx.lister.reads or [] if done.ctx else [],
+                    done.ctx.writes if done.ctx else [], list(triggers))
+    except Exception as exc:  # noqa: BLE001 - a replay aid, not the run
+        log.warning("run #%s: inputs not kept (%s)", record_id, exc)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ from .vocab import Key
 if TYPE_CHECKING:
     from .spec import Reconciler
 
-__all__ = ["OperatorProcesses", "Run", "Write", "reconcile_once", "run_operator"]
+__all__ = ["OperatorProcesses", "Run", "Write", "reconcile_once", "replay_inputs",
+           "run_operator"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,19 @@ def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str
     return Run(outcome=done.decision.outcome, delay=done.decision.delay, error=done.error,
                writes=[Write(*w) for w in (done.ctx.writes if done.ctx else [])],
                events=list(done.seen.events), obj=done.seen.final or done.seen.obj)
+
+
+def replay_inputs(inputs: dict) -> Run:
+    """Run the current code on a recorded run's inputs (what ``manage.py replay --as-test``
+    keeps in a regression test): reads answered from them, writes captured - nothing reaches
+    the api-server."""
+    from .replay import replay_inputs as run_on
+
+    done = run_on(inputs)
+    return Run(outcome=done.outcome, delay=None,
+               error=RuntimeError(done.error) if done.error else None,
+               writes=[Write(w["method"], w["path"], w["body"]) for w in done.writes],
+               obj=done.obj)
 
 
 # --- running the whole operator inside a test ----------------------------------------------

@@ -1,0 +1,130 @@
+"""Replay: a failed run's inputs kept, the fixed code run against exactly them, writes
+captured - on the real api-server, PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from kubernetes import client
+
+from reconcilers import replay
+from reconcilers.api import Reconciler, Registry, register
+from reconcilers.models import ReconcileRecord, RunInputs
+from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORDS = {"one": 1, "two": 2, "three": 3}
+
+
+def _reconciler(fixed: bool):
+    class Sizer(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            settings = ctx.get("v1", "ConfigMap", "sizing") or {"data": {}}
+            raw = settings["data"]["replicas"]
+            replicas = WORDS.get(raw, raw) if fixed else raw
+            replicas = int(replicas)  # the bug: "three" raises ValueError
+            ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": f"{obj['metadata']['name']}-size"},
+                                  "data": {"replicas": str(replicas)}})
+            ctx.patch_status({"replicas": replicas})
+
+    Sizer.__name__ = "Sizer"
+    return Sizer
+
+
+def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
+        kube, probe, namespace, redis_client, settings):  # noqa: F811
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "sizing"},
+                                                  "data": {"replicas": "three"}})
+    buggy = Registry()
+    register(registry=buggy)(_reconciler(fixed=False))
+    name = _reconciler(False).name()
+
+    report = run_once(buggy, "p", namespace, name)
+    record = ReconcileRecord.objects.get(pk=report.record_id)
+    assert record.outcome == "error" and "invalid literal" in record.error_message
+    kept = RunInputs.objects.get(record_id=record.pk)
+    assert kept.obj["metadata"]["name"] == "p"
+    assert [r["read"] for r in kept.reads] == ["get"]
+    assert kept.reads[0]["result"]["data"] == {"replicas": "three"}
+
+    # The data changes since: a replay must not see it - it runs on what the run read.
+    core.patch_namespaced_config_map("sizing", namespace, {"data": {"replicas": "nine"}})
+
+    # The fix, replayed: success, and the writes it would make - none of them sent.
+    fixed = Registry()
+    register(registry=fixed)(_reconciler(fixed=True))
+    result = replay.replay(record.pk, registry=fixed)
+    assert (result.recorded_outcome, result.outcome) == ("error", "success"), result.report()
+    assert [(w["method"], w["path"].rsplit("/", 2)[-2:]) for w in result.writes] == [
+        ("POST", [namespace, "configmaps"]), ("PATCH", ["p", "status"])], result.writes
+    assert result.writes[0]["body"]["data"] == {"replicas": "3"}
+    # The fix reads what the failed run never reached: answered as not found, and said.
+    assert result.unrecorded == [f"get(v1, ConfigMap, p-size, {namespace})"]
+    assert "could not answer" in result.report()
+    assert "p-size" not in [c.metadata.name for c in
+                            core.list_namespaced_config_map(namespace).items]
+    status = client.CustomObjectsApi(kube).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "probes", "p").get("status") or {}
+    assert "replicas" not in status
+
+    # The failure, kept as a regression test: it replays the same inputs on the fixed code.
+    source = replay.regression_test(record.pk)
+    module: dict = {}
+    exec(compile(source, "test_regression.py", "exec"), module)
+    assert replay.replay_inputs(module["INPUTS"], registry=fixed).outcome == "success"
+    assert replay.replay_inputs(module["INPUTS"], registry=buggy).outcome == "error"
+
+
+def test_successful_runs_keep_nothing_by_default_and_the_command_says_why(
+        kube, probe, namespace, redis_client, settings, capsys):  # noqa: F811
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    client.CoreV1Api(kube).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "sizing"}, "data": {"replicas": "2"}})
+    reg = Registry()
+    register(registry=reg)(_reconciler(fixed=False))
+    report = run_once(reg, "p", namespace, _reconciler(False).name())
+    assert ReconcileRecord.objects.get(pk=report.record_id).outcome == "success"
+    assert not RunInputs.objects.exists()
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="kept no inputs"):
+        call_command("replay", str(report.record_id))
+
+
+def test_the_admin_replays_a_run_for_whoever_may_trigger_runs(kube, namespace, probe_crds,
+                                                              redis_client, settings):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    from reconcilers.models import AuditLog
+    from reconcilers.registry import registry
+
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "probes", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Probe", "metadata": {"name": "once"},
+            "spec": {"value": 1, "failTimes": 1}})
+    probe_name = "probes.test.operator.local"
+    failed = run_once(registry, "once", namespace, probe_name)
+    assert ReconcileRecord.objects.get(pk=failed.record_id).outcome == "error"
+
+    url = "/admin/reconcilers/reconcilerecord/"
+    form = {"action": "replay_selected", "_selected_action": [failed.record_id]}
+    viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_reconcilerecord"))
+    browser = Client()
+    browser.force_login(viewer)
+    assert browser.post(url, form).status_code == 403  # a forged POST without the permission
+    assert not AuditLog.objects.filter(action="replay").exists()
+
+    oncall = User.objects.create_superuser("oncall", password="pw")
+    browser.force_login(oncall)
+    page = browser.post(url, form, follow=True).content.decode()
+    assert f"run #{failed.record_id}: recorded error, replayed success" in page
+    assert AuditLog.objects.get(action="replay").username == "oncall"
