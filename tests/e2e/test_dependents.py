@@ -4,7 +4,8 @@ kube-controller-manager and KWOK's simulated nodes, deletions by its garbage col
 
 The Service waits for the Deployment to be available; a Service no longer wanted is deleted;
 deleting a Website deletes its children in reverse order, each only once the one depending on
-it is gone (the test holds each with a finalizer of its own to see the order)."""
+it is gone (the test holds each with a finalizer of its own to see the order), the Deployment's
+Pods included; a child of a dependent the class no longer declares is deleted."""
 
 from __future__ import annotations
 
@@ -150,7 +151,31 @@ def test_a_service_no_longer_wanted_is_deleted_and_a_website_goes_in_reverse_ord
     assert _get(crd.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, "web")
 
     _release(apps.patch_namespaced_deployment, "web", namespace)
+    # Foreground deletion of the Deployment: its Pods, which mount the ConfigMap, go first.
+    wait_for(lambda: deleting(core.read_namespaced_config_map, "web-content"), 30,
+             "the ConfigMap deleted last")
+    assert core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/instance=web").items == []
     wait_for(lambda: _get(core.read_namespaced_config_map, "web-content", namespace) is None,
-             30, "the ConfigMap deleted last")
+             30, "the ConfigMap gone")
     wait_for(lambda: _get(crd.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
                           "web") is None, 30, "the Website gone once its children are")
+
+
+def test_a_child_of_a_dependent_no_longer_declared_is_deleted(kube, namespace,
+                                                              website_operator):
+    crd, core = client.CustomObjectsApi(kube), client.CoreV1Api(kube)
+    site = crd.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, website(
+        "old", expose=False))
+    wait_for(lambda: _conditions(crd, namespace, "old").get("DependentsReady")
+             == ("True", "AllReady"), 90, "every dependent ready")
+    # What an older version of the class made: a ConfigMap of a dependent it has since lost.
+    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Website", "name": "old",
+             "uid": site["metadata"]["uid"], "controller": True}
+    core.create_namespaced_config_map(namespace, {"metadata": {
+        "name": "old-legacy", "ownerReferences": [owner],
+        "labels": {"reconcilers.django-crd-operator.io/dependent": "legacy"}}})
+    # Its creation reconciles its owner (an owned kind), which deletes it.
+    wait_for(lambda: _get(core.read_namespaced_config_map, "old-legacy", namespace) is None,
+             30, "the undeclared dependent's child deleted")
+    assert core.read_namespaced_config_map("old-content", namespace)

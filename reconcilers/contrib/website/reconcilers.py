@@ -6,7 +6,8 @@ The Deployment is applied once its ConfigMap exists; the Service only once the D
 available, and only while ``spec.expose`` holds - set it false and the Service is deleted.
 A change of any of them (the Deployment becoming available, say) reconciles the Website: the
 workflow owns their kinds. Deleting a Website deletes them in reverse order (``finalize``):
-the Service first, the Deployment once the Service is gone, the ConfigMap last.
+the Service first, the Deployment once the Service is gone, the ConfigMap last - once the
+Deployment and its Pods, which mount it, are gone (foreground deletion).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ class WebsiteReconciler(Reconciler):
     resource = Website
     dependents = Workflow(
         Dependent("content", "v1", "ConfigMap", desired=content),
+        # Foreground: its Pods, which mount the content, are gone before the content goes.
         Dependent("server", "apps/v1", "Deployment", desired=server, ready=available,
-                  depends_on=["content"]),
+                  depends_on=["content"], propagation="Foreground"),
         Dependent("service", "v1", "Service", desired=service, depends_on=["server"],
                   when=lambda site: site.spec.expose),
     )
