@@ -253,6 +253,10 @@ class Workflow:
             if not isinstance(dep, Dependent):
                 raise TypeError(f"Workflow takes Dependent(...) declarations, not {dep!r}")
         self.dependents: tuple[Dependent, ...] = tuple(order(dependents))
+        for dep in self.dependents:
+            if dep.condition == SUMMARY_CONDITION:
+                raise ValueError(f"dependent {dep.name!r}: its condition would be the "
+                                 f"workflow's own {SUMMARY_CONDITION}; name it otherwise")
         self.recheck = recheck
         self.conditions = conditions
         self._by_name = {d.name: d for d in self.dependents}
@@ -266,12 +270,6 @@ class Workflow:
                 extra.append(Owns(dep.api_version, dep.kind, dep.plural))
         if extra:
             owner.owns = [*getattr(owner, "owns", ()), *extra]
-
-    def __getitem__(self, name: str) -> Dependent:
-        return self._by_name[name]
-
-    def __iter__(self):
-        return iter(self.dependents)
 
     def dependents_of(self, name: str) -> list[Dependent]:
         """The dependents that depend on ``name``, directly."""
@@ -301,6 +299,7 @@ class Workflow:
                 if stale["metadata"]["name"] != child["metadata"]["name"]:
                     self._delete_child(ctx, dep, stale)
                     progress.removed.append(_ref(stale))
+        progress.states = {d.name: progress.states[d.name] for d in self.dependents}
         if self.conditions:
             self._report(ctx, progress)
         return progress
@@ -311,6 +310,7 @@ class Workflow:
         finalizer until then)."""
         progress = Progress(recheck=self.recheck if self.recheck is not None else 5.0)
         self._delete(ctx, set(self._by_name), self._children(ctx), progress)
+        progress.states = {d.name: progress.states[d.name] for d in self.dependents}
         return progress
 
     # --- the parts ------------------------------------------------------------------------

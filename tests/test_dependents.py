@@ -70,6 +70,11 @@ def test_condition_types_are_the_camel_cased_name():
     assert dep("web-server").condition == "WebServerReady"
 
 
+def test_a_name_whose_condition_is_the_summary_is_refused():
+    with pytest.raises(ValueError, match="DependentsReady"):
+        Workflow(dep("dependents"))
+
+
 # --- one run, against a recorder ----------------------------------------------------------------
 
 OWNER_UID = "uid-1"
@@ -210,9 +215,10 @@ def test_children_of_an_undeclared_dependent_or_an_old_name_are_deleted():
     assert not progress.done
 
 
-def test_cleanup_without_recheck_still_keeps_the_finalizer():
-    ctx, wf = Recorder(), Workflow(dep("a"), recheck=None)
-    wf.reconcile(ctx.obj, ctx)
+def test_without_recheck_only_the_watch_moves_a_run_on_but_cleanup_keeps_the_finalizer():
+    ctx, wf = Recorder(), Workflow(dep("a", ready=ready_flag), recheck=None)
+    progress = wf.reconcile(ctx.obj, ctx)
+    assert progress.states == {"a": PENDING} and progress.result is None
     assert wf.cleanup(ctx.obj, ctx).result == Result.after(5.0)
 
 
