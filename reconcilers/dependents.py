@@ -373,11 +373,11 @@ class Workflow:
             ctx.delete(child["apiVersion"], child["kind"], meta["name"],
                        plural=dep.plural if dep else None)
             return
-        # ctx.delete sends no DeleteOptions: the fenced write itself, with a foreground
-        # propagation policy (and the uid read, so a same-named successor is never hit).
+        # ctx.delete sends no DeleteOptions: a fenced write of its own, with the propagation
+        # policy (and the uid read, so a same-named successor is never hit).
         gvr = ctx.lister.resource(child["apiVersion"], child["kind"], dep.plural)
         try:
-            ctx._write("DELETE", gvr.path(meta.get("namespace"), meta["name"]), {
+            ctx.request("DELETE", gvr.path(meta.get("namespace"), meta["name"]), {
                 "apiVersion": "v1", "kind": "DeleteOptions",
                 "propagationPolicy": dep.propagation,
                 "preconditions": {"uid": meta["uid"]}})
