@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from reconcilers import crds
+from reconcilers.models import ReconcileRecord
 from tests.helpers import REPO, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -106,6 +107,10 @@ def test_the_service_waits_for_the_deployment_to_be_available(kube, namespace,
     status = crd.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "site")["status"]
     assert status["url"] == f"http://site.{namespace}.svc"
     assert status["availableReplicas"] == 1
+    # In history: the children's changes ran it, never the recheck alone.
+    runs = ReconcileRecord.objects.filter(reconciler=WEBSITE, namespace=namespace, name="site")
+    assert runs.filter(triggers__contains=["owned-child"]).exists()
+    assert not runs.filter(triggers=["requeue"]).exists()
 
 
 def test_a_service_no_longer_wanted_is_deleted_and_a_website_goes_in_reverse_order(
