@@ -34,14 +34,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from reconcilers.devstack import config as stack_config  # noqa: E402
-from reconcilers.devstack import controlplane, process, services  # noqa: E402
+from reconcilers.devstack import controlplane  # noqa: E402
 from soak import faults, report  # noqa: E402
 from soak.toxiproxy import Toxiproxy  # noqa: E402
 
 GROUP, VERSION, PLURAL = "soak.operator.local", "v1", "soakitems"
 CRD = REPO / "soak" / "soakapp" / "crds" / "soakitems.soak.operator.local.yaml"
 REDIS_DB = 7
-LEASE_SECONDS = 4  # the SoakItem reconciler's run deadline
 MODES = ("all", "proxy")  # proxy: no restart of the stack's services (a shared stack)
 
 
@@ -276,39 +275,13 @@ class Soak:
         victim.start(self.env(), self.work / "logs")
         self.count(f"{what} killed (-9)")
 
-    def stop_worker_past_its_lease(self) -> None:
-        victim = self.rng.choice(self.workers)
-        victim.signal(signal.SIGSTOP)
-        time.sleep(LEASE_SECONDS * 2 + 3)
-        victim.signal(signal.SIGCONT)
-        self.count("worker stopped past its lease (SIGSTOP)")
-
-    def restart_postgres(self) -> None:
-        """A fast shutdown (every client cut off at once), a pause, a start."""
-        services.stop_postgres(self.cfg)
-        time.sleep(self.rng.uniform(0.5, 3))
-        services.start_postgres(self.cfg)
-        self.count("PostgreSQL restarted")
-
-    def restart_redis(self) -> None:
-        services.stop_redis(self.cfg)
-        time.sleep(self.rng.uniform(0.5, 2))
-        services.start_redis(self.cfg)  # empty: no persistence
-        self.count("Redis restarted (empty)")
-
-    def restart_apiserver(self) -> None:
-        process.stop("kube-apiserver", self.cfg.run_dir)
-        time.sleep(self.rng.uniform(0.5, 2))
-        controlplane.start(self.cfg)
-        self.count("api-server restarted (every watch dropped)")
-
     def actions(self) -> list[tuple[object, float]]:
         """What the chaos loop does, with its weight: changes first, then every fault this
         mode allows."""
         actions = [(self.change_objects, 30), (self.delete_object, 6), (self.delete_child, 6),
                    (lambda: self.kill(self.workers, "worker"), 4),
                    (lambda: self.kill(self.watchers, "watcher"), 3),
-                   (self.stop_worker_past_its_lease, 2)]
+                   (lambda: faults.stop_worker_past_its_lease(self), 2)]
         for proxy in faults.SERVICES:
             for fault in ("latency", "black hole", "reset", "data limit"):
                 actions.append(((lambda p=proxy, f=fault: faults.proxy_fault(self, p, f)),
@@ -319,8 +292,9 @@ class Soak:
                     (lambda: faults.block_in_c(self), 1),
                     (lambda: faults.rolling_upgrade(self), 0.5)]
         if self.mode == "all":
-            actions += [(self.restart_postgres, 1), (self.restart_redis, 1),
-                        (self.restart_apiserver, 1),
+            actions += [(lambda: faults.restart_postgres(self), 1),
+                        (lambda: faults.restart_redis(self), 1),
+                        (lambda: faults.restart_apiserver(self), 1),
                         (lambda: faults.redis_stale_snapshot(self), 0.5)]
         return actions
 
@@ -421,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
                    "commit": report.commit(), "faults": soak.faults,
                    "changes": soak.changes, "seconds": round(time.monotonic() - started)})
     print(json.dumps(result, indent=2), flush=True)
+    if not result["audit log"]["ran"]:
+        print(f"soak: the audit-log check was NOT RUN ({result['audit log']['why not']}); "
+              "the soak does not pass without it", flush=True)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,7 +1,9 @@
-"""The soak's faults beyond kills and restarts: each injects one kind for a window and undoes
-it. They act only on the soak's own processes, its Toxiproxy, and cluster objects that match
-only the soak's own ServiceAccount - so the ``proxy`` mode can run on a shared stack - except
-``redis_stale_snapshot``, which restarts the stack's Redis (``all`` mode only).
+"""The soak's faults: each injects one kind (for a window) and undoes it. All but the restarts
+act only on the soak's own processes, its Toxiproxy, and cluster objects that match only the
+soak's own ServiceAccount - so the ``proxy`` mode can run on a stack others use; the restarts
+of PostgreSQL, Redis (empty, or from a stale snapshot) and the api-server run in ``all`` mode.
+
+- a worker stopped (SIGSTOP) past its lease, then resumed;
 
 - network faults through Toxiproxy between the operator and PostgreSQL, Redis, the api-server;
 - the api-server answering 429: API Priority and Fairness puts the operator's ServiceAccount
@@ -20,9 +22,16 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
+import threading
 import time
+import urllib.error
+import urllib.request
+
+from reconcilers.devstack import controlplane, process, services
 
 SERVICES = {"postgres": "PostgreSQL", "redis": "Redis", "api-server": "api-server"}
+LEASE_SECONDS = 4  # the SoakItem reconciler's run deadline
 
 
 def proxy_fault(soak, proxy: str, fault: str) -> None:
@@ -34,15 +43,44 @@ def proxy_fault(soak, proxy: str, fault: str) -> None:
     soak.count(f"{SERVICES[proxy]} through the proxy: {fault}")
 
 
-def _apply_for_a_window(soak, doc: dict, kind: str) -> None:
+def _apply_for_a_window(soak, doc: dict, kind: str, meanwhile=None) -> None:
     path = soak.work / f"{doc['metadata']['name']}.json"
     path.write_text(json.dumps(doc))
     soak.kubectl("apply", "-f", str(path))
     try:
-        time.sleep(soak.window() + 2)  # the api-server takes about a second to act on it
+        window = soak.window() + 2  # the api-server takes about a second to act on it
+        if meanwhile is not None:
+            meanwhile(window)
+        else:
+            time.sleep(window)
     finally:
         soak.kubectl("delete", "-f", str(path), "--wait=false", check=False)
     soak.count(kind)
+
+
+def _compete_for_seats(soak, seconds: float, threads: int = 6) -> None:
+    """Requests as the operator's ServiceAccount, straight to the api-server, so its few
+    seats are mostly taken and the operator's own requests meet 429s, not luck."""
+    config = json.loads((soak.work / "operator.kubeconfig").read_text())
+    token = config["users"][0]["user"]["token"]
+    ctx = ssl.create_default_context(cafile=str(soak.cfg.pki_dir / "ca.crt"))
+    until = time.monotonic() + seconds
+
+    def loop() -> None:
+        while time.monotonic() < until:
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{soak.cfg.apiserver_port}/api/v1/namespaces/{soak.ns[0]}"
+                "/configmaps", headers={"Authorization": f"Bearer {token}"})
+            try:
+                urllib.request.urlopen(req, context=ctx, timeout=5).read()
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.01)
+
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(seconds + 10)
 
 
 def api_throttled(soak) -> None:
@@ -64,7 +102,8 @@ def api_throttled(soak) -> None:
                                                 "clusterScope": True}],
                              "nonResourceRules": [{"verbs": ["*"],
                                                    "nonResourceURLs": ["*"]}]}]}}]},
-        "api-server answering 429 (APF, no seats)")
+        "api-server answering 429 (APF, no seats)",
+        meanwhile=lambda seconds: _compete_for_seats(soak, seconds))
 
 
 def api_failing(soak) -> None:
@@ -134,8 +173,6 @@ def redis_stale_snapshot(soak) -> None:
     cache go back in time (messages sent since are lost; some already run come back)."""
     import redis
 
-    from reconcilers.devstack import services
-
     direct = redis.Redis(port=soak.cfg.redis_port, socket_timeout=30)
     direct.save()
     time.sleep(soak.rng.uniform(2, 6))
@@ -143,3 +180,33 @@ def redis_stale_snapshot(soak) -> None:
     services.start_redis(soak.cfg)  # an instance without persistence loads dump.rdb at start
     (soak.cfg.state_dir / "redis" / "dump.rdb").unlink(missing_ok=True)
     soak.count("Redis restarted from a stale snapshot")
+
+
+def stop_worker_past_its_lease(soak) -> None:
+    victim = soak.rng.choice(soak.workers)
+    victim.signal(signal.SIGSTOP)
+    time.sleep(LEASE_SECONDS * 2 + 3)
+    victim.signal(signal.SIGCONT)
+    soak.count("worker stopped past its lease (SIGSTOP)")
+
+
+def restart_postgres(soak) -> None:
+    """A fast shutdown (every client cut off at once), a pause, a start."""
+    services.stop_postgres(soak.cfg)
+    time.sleep(soak.rng.uniform(0.5, 3))
+    services.start_postgres(soak.cfg)
+    soak.count("PostgreSQL restarted")
+
+
+def restart_redis(soak) -> None:
+    services.stop_redis(soak.cfg)
+    time.sleep(soak.rng.uniform(0.5, 2))
+    services.start_redis(soak.cfg)  # empty: no persistence
+    soak.count("Redis restarted (empty)")
+
+
+def restart_apiserver(soak) -> None:
+    process.stop("kube-apiserver", soak.cfg.run_dir)
+    time.sleep(soak.rng.uniform(0.5, 2))
+    controlplane.start(soak.cfg)
+    soak.count("api-server restarted (every watch dropped)")
