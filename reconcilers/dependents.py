@@ -28,9 +28,10 @@ from what the cache shows):
   true (no ``ready``: applied is ready).
 - A dependent whose ``when(obj)`` is false is not wanted, nor is anything that depends on it.
   Its children are deleted in reverse order: a dependent is deleted only once every unwanted
-  dependent that depends on it is gone - gone as the cache shows it, so "deleted" means the
-  watch has seen the DELETED event. A child labelled for a dependent the workflow no longer
-  declares is deleted too, as is a child of a dependent whose desired name changed.
+  dependent that depends on it is gone - as the api-server says: a run with something to
+  delete lists the children there (one LIST per kind, by label), not from the cache, which
+  may not show yet a child the last run made. A child labelled for a dependent the workflow
+  no longer declares is deleted too, as is a child of a dependent whose desired name changed.
 - What moves the workflow on is the watch: the workflow's kinds are added to the reconciler's
   ``owns`` at class definition, so a child becoming ready, or going away, reconciles its owner.
   While anything is pending the result also asks for a run after ``recheck`` seconds, a safety
@@ -55,8 +56,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from . import kube
 from .context import Context, controller_of
-from .kube import ApiError
 from .results import Result
 from .vocab import Owns
 
@@ -280,8 +281,10 @@ class Workflow:
     def reconcile(self, obj: Any, ctx: Context) -> Progress:
         """Apply what is wanted, in order, as far as readiness allows; delete what is not, in
         reverse order; write the conditions. ``obj``: what ``reconcile`` got (typed or not)."""
-        children = self._children(ctx)
         unwanted = self._unwanted(obj)
+        # Deleting in order needs the truth: a child the last run made may not be in the
+        # cache yet, and deleting what it depends on first would break the order.
+        children = self._children(ctx, fresh=bool(unwanted))
         progress = Progress(recheck=self.recheck)
         self._delete(ctx, unwanted, children, progress)
         for dep in self.dependents:
@@ -309,7 +312,7 @@ class Workflow:
         Its ``result`` asks to run again until the last is gone (so ``finalize`` keeps the
         finalizer until then)."""
         progress = Progress(recheck=self.recheck if self.recheck is not None else 5.0)
-        self._delete(ctx, set(self._by_name), self._children(ctx), progress)
+        self._delete(ctx, set(self._by_name), self._children(ctx, fresh=True), progress)
         progress.states = {d.name: progress.states[d.name] for d in self.dependents}
         return progress
 
@@ -323,15 +326,17 @@ class Workflow:
                 out.add(dep.name)
         return out
 
-    def _children(self, ctx: Context) -> dict[str, list[dict]]:
+    def _children(self, ctx: Context, fresh: bool) -> dict[str, list[dict]]:
         """This object's children carrying the dependent label, by the label's value (a name
-        no longer declared included), read through ``ctx`` (the cache: the workflow's kinds
-        are owned)."""
+        no longer declared included): read through ``ctx`` (the cache: the workflow's kinds
+        are owned), or with ``fresh`` from the api-server (one LIST per kind, by label)."""
         uid = ctx.obj["metadata"]["uid"]
         out: dict[str, list[dict]] = {}
         kinds = {(d.api_version, d.kind): d.plural for d in self.dependents}
         for (api_version, kind), plural in kinds.items():
-            for child in ctx.list(api_version, kind, plural=plural):
+            listed = (_list_fresh(ctx, api_version, kind, plural) if fresh
+                      else ctx.list(api_version, kind, plural=plural))
+            for child in listed:
                 meta = child["metadata"]
                 name = (meta.get("labels") or {}).get(LABEL)
                 if name is not None and (controller_of(child) or {}).get("uid") == uid:
@@ -381,7 +386,7 @@ class Workflow:
                 "apiVersion": "v1", "kind": "DeleteOptions",
                 "propagationPolicy": dep.propagation,
                 "preconditions": {"uid": meta["uid"]}})
-        except ApiError as exc:
+        except kube.ApiError as exc:
             if not exc.gone:
                 raise
 
@@ -407,6 +412,15 @@ class Workflow:
             ctx.set_condition(SUMMARY_CONDITION, False, "Progressing",
                               "not settled: " + ", ".join(progress.pending + progress.removed))
         ctx.patch_status(observed_generation=False)
+
+
+def _list_fresh(ctx: Context, api_version: str, kind: str, plural: str | None) -> list[dict]:
+    """The objects of a kind in the run's namespace that carry the dependent label, from the
+    api-server (a read: no fence)."""
+    gvr = ctx.lister.resource(api_version, kind, plural)
+    listed = kube.request(ctx.api, "GET", gvr.path(ctx.key.namespace),
+                          query={"labelSelector": LABEL})
+    return list(listed.get("items") or [])
 
 
 def _ref(child: Mapping) -> str:

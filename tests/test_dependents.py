@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from reconcilers import dependents
 from reconcilers.api import Dependent, Owns, Reconciler, Result, Workflow
 from reconcilers.dependents import (ABSENT, DELETING, LABEL, PENDING, READY, WAITING, order)
 
@@ -80,19 +81,35 @@ def test_a_name_whose_condition_is_the_summary_is_refused():
 OWNER_UID = "uid-1"
 
 
+@pytest.fixture(autouse=True)
+def api_server_reads(monkeypatch):
+    """The workflow's reads from the api-server answered by the recorder (``fresh``)."""
+    reads: list[str] = []
+
+    def list_fresh(ctx, api_version, kind, plural):
+        reads.append(kind)
+        return [dict(c) for c in ctx.children.values() if c["kind"] == kind]
+
+    monkeypatch.setattr(dependents, "_list_fresh", list_fresh)
+    return reads
+
+
 class Recorder:
-    """The part of ``ctx`` a workflow uses, over a dict of children."""
+    """The part of ``ctx`` a workflow uses, over a dict of children (the api-server's truth;
+    ``unseen`` names the ones the cache does not show yet)."""
 
     def __init__(self, children: dict[str, dict] | None = None):
         self.obj = {"metadata": {"name": "site", "namespace": "ns", "uid": OWNER_UID,
                                  "generation": 1, "resourceVersion": "1"}}
         self.children = children if children is not None else {}
+        self.unseen: set[str] = set()
         self.writes: list[tuple[str, str]] = []
         self.conditions: dict[str, tuple[str, str]] = {}
         self.status_patches = 0
 
     def list(self, api_version, kind, plural=None):
-        return [dict(c) for c in self.children.values() if c["kind"] == kind]
+        return [dict(c) for n, c in self.children.items()
+                if c["kind"] == kind and n not in self.unseen]
 
     def apply(self, body, plural=None, force=False):
         name = body["metadata"]["name"]
@@ -238,3 +255,23 @@ def test_desired_may_take_ctx():
     Workflow(Dependent("a", "v1", "ConfigMap", desired=lambda o, c: seen.append(c) or {
         "metadata": {"name": "x"}})).reconcile(ctx.obj, ctx)
     assert seen == [ctx]
+
+
+def test_runs_with_nothing_to_delete_read_the_cache_only(api_server_reads):
+    ctx, wf = Recorder(), site_workflow()
+    wf.reconcile(ctx.obj, ctx)
+    assert api_server_reads == []
+
+
+def test_a_child_the_cache_does_not_show_yet_still_goes_before_what_it_depends_on(
+        api_server_reads):
+    ctx, wf = Recorder(), site_workflow()
+    ctx.children["site-a"] = {"kind": "ConfigMap", "data": {"ready": "true"},
+                              "metadata": {"name": "site-a"}}
+    wf.reconcile(ctx.obj, ctx)
+    ctx.unseen = {"site-c"}  # created by that run; the watch has not shown it yet
+    ctx.writes.clear()
+    progress = wf.cleanup(ctx.obj, ctx)
+    assert ctx.writes == [("delete", "site-c")]
+    assert progress.states == {"a": DELETING, "b": DELETING, "c": DELETING}
+    assert api_server_reads == ["ConfigMap"]
