@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcilers import dependents
+from reconcilers.dependents import workflow
 from reconcilers.api import Dependent, Owns, Reconciler, Result, Workflow
 from reconcilers.dependents import (ABSENT, DELETING, LABEL, PENDING, READY, WAITING, order)
 
@@ -90,7 +90,7 @@ def api_server_reads(monkeypatch):
         reads.append(kind)
         return [dict(c) for c in ctx.children.values() if c["kind"] == kind]
 
-    monkeypatch.setattr(dependents, "_list_fresh", list_fresh)
+    monkeypatch.setattr(workflow, "_list_fresh", list_fresh)
     return reads
 
 
@@ -275,3 +275,32 @@ def test_a_child_the_cache_does_not_show_yet_still_goes_before_what_it_depends_o
     assert ctx.writes == [("delete", "site-c")]
     assert progress.states == {"a": DELETING, "b": DELETING, "c": DELETING}
     assert api_server_reads == ["ConfigMap"]
+
+
+class Typed:
+    """What a reconciler with a ``resource`` gets: the raw object, and a status patch the run
+    writes after ``reconcile``."""
+
+    def __init__(self, obj: dict):
+        self.raw = obj
+
+    def __getitem__(self, field: str):
+        return self.raw[field]
+
+    def status_patch(self) -> dict:
+        return {"status": self.raw.get("status")}
+
+
+def test_on_a_typed_resource_the_conditions_ride_on_its_status_patch():
+    ctx, wf = Recorder(), site_workflow()
+    site = Typed({**ctx.obj, "status": {"conditions": [
+        {"type": "AReady", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+        {"type": "Mine", "status": "True"}]}})
+    wf.reconcile(site, ctx)
+    assert ctx.status_patches == 0 and ctx.conditions == {}
+    conditions = {c["type"]: c for c in site.raw["status"]["conditions"]}
+    assert conditions["Mine"] == {"type": "Mine", "status": "True"}
+    assert conditions["AReady"]["reason"] == "NotReady"
+    assert conditions["AReady"]["lastTransitionTime"] == "2020-01-01T00:00:00Z"  # no flip
+    assert conditions["BReady"]["reason"] == "Waiting"
+    assert conditions["DependentsReady"]["status"] == "False"

@@ -1,67 +1,17 @@
-"""Dependent resources: children declared with their desired state, a readiness check and an
-order, applied and garbage-collected by the framework - java-operator-sdk's dependent
-resources and workflows, in a reconciler's own ``reconcile``.
-
-    class WebsiteReconciler(Reconciler):
-        resource = Website
-        dependents = Workflow(
-            Dependent("content", "v1", "ConfigMap", desired=content_config_map),
-            Dependent("server", "apps/v1", "Deployment", desired=deployment,
-                      ready=available, depends_on=["content"]),
-            Dependent("service", "v1", "Service", desired=service,
-                      depends_on=["server"], when=lambda site: site.spec.expose),
-        )
-
-        def reconcile(self, site, ctx):
-            progress = self.dependents.reconcile(site, ctx)
-            return progress.result
-
-        def finalize(self, obj, ctx):              # optional: ordered deletion
-            return self.dependents.cleanup(obj, ctx).result
-
-The contract of ``Workflow.reconcile``, one run at a time (level-based: each run starts again
-from what the cache shows):
-
-- A dependent is applied (``ctx.apply``: server-side apply, this object as controller owner,
-  labelled with ``LABEL: <dependent name>``) only once every dependent it ``depends_on`` is
-  ready; until then it is ``waiting`` and left as it is. Ready means applied and ``ready(child)``
-  true (no ``ready``: applied is ready).
-- A dependent whose ``when(obj)`` is false is not wanted, nor is anything that depends on it.
-  Its children are deleted in reverse order: a dependent is deleted only once every unwanted
-  dependent that depends on it is gone - as the api-server says: a run with something to
-  delete lists the children there (one LIST per kind, by label), not from the cache, which
-  may not show yet a child the last run made. A child labelled for a dependent the workflow
-  no longer declares is deleted too, as is a child of a dependent whose desired name changed.
-- What moves the workflow on is the watch: the workflow's kinds are added to the reconciler's
-  ``owns`` at class definition, so a child becoming ready, or going away, reconciles its owner.
-  While anything is pending the result also asks for a run after ``recheck`` seconds, a safety
-  net for a readiness the watch does not show (say one read from elsewhere).
-- Each dependent gets a status condition ``<Name>Ready`` and the workflow a ``DependentsReady``
-  summary, written with one status patch (none when nothing changed).
-
-``cleanup`` (from ``finalize``) deletes every dependent in reverse order, each only once those
-depending on it are gone; its ``result`` keeps the finalizer until the last is gone. Without a
-``finalize`` the Kubernetes garbage collector deletes the children through their owner
-references when the object goes - all at once, in no order.
-
-The graph is checked when the class is defined: a dependent named twice, an unknown name in
-``depends_on`` or a cycle raise ``ValueError`` there, naming the cycle.
+"""A workflow's run: apply the wanted dependents in order, delete the others in reverse,
+report - through ``ctx``'s public reads and writes (see the package's docstring).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping
 
-from . import kube
-from .context import Context, controller_of
-from .results import Result
-from .vocab import Owns
-
-LABEL = "reconcilers.django-crd-operator.io/dependent"
+from .. import kube
+from ..context import Context, controller_of
+from ..results import Result
+from ..vocab import Owns, rfc3339
+from .declaration import LABEL, Dependent, order
 
 # What a dependent is after a run: one word each (``Progress.states``).
 READY = "ready"          # applied, and ready(child) holds
@@ -70,131 +20,7 @@ WAITING = "waiting"      # not applied: something it depends on is not ready
 DELETING = "deleting"    # not wanted; deleted (or waiting for its dependents to go), still there
 ABSENT = "absent"        # not wanted and gone
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
 SUMMARY_CONDITION = "DependentsReady"
-
-
-@dataclass(frozen=True)
-class Dependent:
-    """One child: ``name`` (unique in its workflow; a label value), its ``api_version`` and
-    ``kind``, and ``desired(obj)`` or ``desired(obj, ctx)`` returning its manifest - ``metadata.
-    name`` at least; apiVersion, kind, namespace, the owner reference and the label are filled
-    in.
-
-    ``ready(child) -> bool``: when it counts as ready (default: once applied).
-    ``depends_on``: names of dependents that must be ready before this one is applied, and
-    that are deleted only after it.
-    ``when(obj) -> bool``: whether it is wanted at all (java-operator-sdk's reconcile
-    precondition; default: always). Not wanted, it and what depends on it are deleted.
-    ``force``: server-side apply takes over fields other managers set (controllers' usual
-    choice; ``False``: such a conflict is an error, retried).
-    ``propagation``: the deletion's ``propagationPolicy`` - ``"Background"`` (the API's
-    default for most kinds) or ``"Foreground"``: the child stays until its own children (a
-    Deployment's Pods) are gone, so "deleted before what it depends on" includes them.
-    """
-
-    name: str
-    api_version: str
-    kind: str
-    desired: Callable[..., Mapping]
-    ready: Callable[[dict], bool] | None = None
-    depends_on: Sequence[str] = ()
-    when: Callable[[Any], bool] | None = None
-    plural: str | None = None
-    force: bool = True
-    propagation: str = "Background"
-
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"dependent name {self.name!r} must be a DNS label (lower-case "
-                             f"letters, digits and '-', at most 63): it is a label value")
-        if isinstance(self.depends_on, str):
-            object.__setattr__(self, "depends_on", (self.depends_on,))
-        object.__setattr__(self, "depends_on", tuple(self.depends_on))
-        if self.propagation not in ("Background", "Foreground"):
-            raise ValueError(f"dependent {self.name!r}: propagation must be 'Background' or "
-                             f"'Foreground', not {self.propagation!r}")
-
-    @property
-    def condition(self) -> str:
-        """Its status condition type: ``server`` -> ``ServerReady``."""
-        return "".join(part.capitalize() for part in self.name.split("-")) + "Ready"
-
-    def manifest(self, obj: Any, ctx: Context) -> dict:
-        """``desired`` completed with apiVersion, kind and the dependent's label."""
-        body = dict(self.desired(obj, ctx) if _takes_ctx(self.desired) else self.desired(obj))
-        for field_, value in (("apiVersion", self.api_version), ("kind", self.kind)):
-            if body.setdefault(field_, value) != value:
-                raise ValueError(f"dependent {self.name!r} is a {self.api_version} {self.kind}, "
-                                 f"but desired() returned {field_} {body[field_]!r}")
-        meta = dict(body.get("metadata") or {})
-        if not meta.get("name"):
-            raise ValueError(f"dependent {self.name!r}: desired() returned no metadata.name")
-        meta["labels"] = {**(meta.get("labels") or {}), LABEL: self.name}
-        body["metadata"] = meta
-        return body
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_ctx(func: Callable) -> bool:
-    params = [p for p in inspect.signature(func).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(params) >= 2
-
-
-def order(dependents: Sequence[Dependent]) -> list[Dependent]:
-    """The dependents in an order that puts each after everything it depends on (declaration
-    order among the free ones). Raises ``ValueError`` for a duplicate name, an unknown
-    ``depends_on`` or a cycle (named: ``a -> b -> a``, a depending on b)."""
-    by_name: dict[str, Dependent] = {}
-    for dep in dependents:
-        if dep.name in by_name:
-            raise ValueError(f"two dependents are named {dep.name!r}")
-        by_name[dep.name] = dep
-    for dep in dependents:
-        for parent in dep.depends_on:
-            if parent not in by_name:
-                raise ValueError(f"dependent {dep.name!r} depends on {parent!r}, which is not "
-                                 f"declared (declared: {', '.join(by_name)})")
-    cycle = _find_cycle(by_name)
-    if cycle:
-        raise ValueError(f"dependents form a cycle: {' -> '.join(cycle)} (each depends on the "
-                         f"next); nothing in it could ever be applied first")
-    out: list[Dependent] = []
-    placed: set[str] = set()
-    while len(out) < len(dependents):
-        for dep in dependents:  # no cycle: each pass places at least one
-            if dep.name not in placed and placed.issuperset(dep.depends_on):
-                out.append(dep)
-                placed.add(dep.name)
-    return out
-
-
-def _find_cycle(by_name: Mapping[str, Dependent]) -> list[str]:
-    """One cycle of the ``depends_on`` graph as a closed path, or ``[]``."""
-    visiting: list[str] = []
-    done: set[str] = set()
-
-    def visit(name: str) -> list[str]:
-        if name in visiting:
-            return visiting[visiting.index(name):] + [name]
-        if name in done:
-            return []
-        visiting.append(name)
-        for parent in by_name[name].depends_on:
-            found = visit(parent)
-            if found:
-                return found
-        visiting.pop()
-        done.add(name)
-        return []
-
-    for name in by_name:
-        found = visit(name)
-        if found:
-            return found
-    return []
 
 
 @dataclass
@@ -304,7 +130,7 @@ class Workflow:
                     progress.removed.append(_ref(stale))
         progress.states = {d.name: progress.states[d.name] for d in self.dependents}
         if self.conditions:
-            self._report(ctx, progress)
+            self._report(obj, ctx, progress)
         return progress
 
     def cleanup(self, obj: Any, ctx: Context) -> Progress:
@@ -390,28 +216,45 @@ class Workflow:
             if not exc.gone:
                 raise
 
-    def _report(self, ctx: Context, progress: Progress) -> None:
+    def _report(self, obj: Any, ctx: Context, progress: Progress) -> None:
+        """The conditions: on a typed resource, into its status, so they go out with the
+        status patch the run writes from it (one write, not two); otherwise one status patch
+        of their own (none when nothing changed)."""
+        wanted = self._conditions(progress)
+        raw = getattr(obj, "raw", None)
+        if isinstance(raw, dict) and callable(getattr(obj, "status_patch", None)):
+            status = raw.get("status") or {}
+            raw["status"] = status
+            status["conditions"] = _merged(status.get("conditions") or [], wanted,
+                                           raw["metadata"].get("generation"))
+            return
+        for type_, ok, reason, message in wanted:
+            ctx.set_condition(type_, ok, reason, message)
+        ctx.patch_status(observed_generation=False)
+
+    def _conditions(self, progress: Progress) -> list[tuple[str, bool, str, str]]:
+        out = []
         for dep in self.dependents:
             state = progress.states.get(dep.name)
             if state == READY:
-                ctx.set_condition(dep.condition, True, "Ready", f"{dep.kind} is ready")
+                out.append((dep.condition, True, "Ready", f"{dep.kind} is ready"))
             elif state == PENDING:
-                ctx.set_condition(dep.condition, False, "NotReady",
-                                  f"{dep.kind} applied, not ready yet")
+                out.append((dep.condition, False, "NotReady",
+                            f"{dep.kind} applied, not ready yet"))
             elif state == WAITING:
                 waiting = [p for p in dep.depends_on if progress.states.get(p) != READY]
-                ctx.set_condition(dep.condition, False, "Waiting",
-                                  f"waiting for {', '.join(waiting)} to be ready")
+                out.append((dep.condition, False, "Waiting",
+                            f"waiting for {', '.join(waiting)} to be ready"))
             elif state == DELETING:
-                ctx.set_condition(dep.condition, False, "Deleting", "not wanted; deleting")
+                out.append((dep.condition, False, "Deleting", "not wanted; deleting"))
             elif state == ABSENT:
-                ctx.set_condition(dep.condition, False, "NotWanted", "not wanted")
+                out.append((dep.condition, False, "NotWanted", "not wanted"))
         if progress.done:
-            ctx.set_condition(SUMMARY_CONDITION, True, "AllReady", "every dependent is ready")
+            out.append((SUMMARY_CONDITION, True, "AllReady", "every dependent is ready"))
         else:
-            ctx.set_condition(SUMMARY_CONDITION, False, "Progressing",
-                              "not settled: " + ", ".join(progress.pending + progress.removed))
-        ctx.patch_status(observed_generation=False)
+            out.append((SUMMARY_CONDITION, False, "Progressing",
+                        "not settled: " + ", ".join(progress.pending + progress.removed)))
+        return out
 
 
 def _list_fresh(ctx: Context, api_version: str, kind: str, plural: str | None) -> list[dict]:
@@ -423,9 +266,22 @@ def _list_fresh(ctx: Context, api_version: str, kind: str, plural: str | None) -
     return list(listed.get("items") or [])
 
 
+def _merged(current: list[dict], wanted: list[tuple[str, bool, str, str]],
+            generation: int | None) -> list[dict]:
+    """``current`` conditions with ``wanted`` set, as ``ctx.set_condition`` sets them:
+    ``lastTransitionTime`` moves only when the status flips."""
+    by_type = {c.get("type"): c for c in current}
+    for type_, ok, reason, message in wanted:
+        status = "True" if ok else "False"
+        previous = by_type.get(type_)
+        flipped = previous is None or previous.get("status") != status
+        by_type[type_] = {
+            "type": type_, "status": status, "reason": reason, "message": message,
+            "observedGeneration": generation,
+            "lastTransitionTime": (rfc3339() if flipped or not previous.get("lastTransitionTime")
+                                   else previous["lastTransitionTime"])}
+    return list(by_type.values())
+
+
 def _ref(child: Mapping) -> str:
     return f"{child.get('kind', '')}/{child['metadata']['name']}"
-
-
-__all__ = ["ABSENT", "DELETING", "Dependent", "LABEL", "PENDING", "Progress", "READY",
-           "WAITING", "Workflow", "order"]
