@@ -304,3 +304,12 @@ def test_on_a_typed_resource_the_conditions_ride_on_its_status_patch():
     assert conditions["AReady"]["lastTransitionTime"] == "2020-01-01T00:00:00Z"  # no flip
     assert conditions["BReady"]["reason"] == "Waiting"
     assert conditions["DependentsReady"]["status"] == "False"
+
+
+def test_only_the_kinds_with_something_to_delete_are_read_from_the_api_server(
+        api_server_reads):
+    ctx = Recorder()
+    wf = Workflow(dep("a"), Dependent("b", "v1", "Secret", desired=cm("b"),
+                                      when=lambda obj: False))
+    assert wf.reconcile(ctx.obj, ctx).states == {"a": READY, "b": ABSENT}
+    assert api_server_reads == ["Secret"]

@@ -29,7 +29,7 @@ from the current state, whatever the last run did):
 - A dependent whose ``when(obj)`` is false is not wanted, nor is anything that depends on it.
   Its children are deleted in reverse order: a dependent is deleted only once every unwanted
   dependent that depends on it is gone - as the api-server says: a run with something to
-  delete lists the children there (one LIST per kind, by label), not from the cache, which
+  delete lists those kinds there (one LIST per kind, by label), not from the cache, which
   may not show yet a child the last run made. A child labelled for a dependent the workflow
   no longer declares is deleted too, as is a child of a dependent whose desired name changed.
 - What moves the workflow on is the watch: the workflow's kinds are added to the reconciler's

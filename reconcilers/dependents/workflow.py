@@ -110,7 +110,8 @@ class Workflow:
         unwanted = self._unwanted(obj)
         # Deleting in order needs the truth: a child the last run made may not be in the
         # cache yet, and deleting what it depends on first would break the order.
-        children = self._children(ctx, fresh=bool(unwanted))
+        children = self._children(ctx, fresh={(d.api_version, d.kind) for d in self.dependents
+                                              if d.name in unwanted})
         progress = Progress(recheck=self.recheck)
         self._delete(ctx, unwanted, children, progress)
         for dep in self.dependents:
@@ -138,7 +139,8 @@ class Workflow:
         Its ``result`` asks to run again until the last is gone (so ``finalize`` keeps the
         finalizer until then)."""
         progress = Progress(recheck=self.recheck if self.recheck is not None else 5.0)
-        self._delete(ctx, set(self._by_name), self._children(ctx, fresh=True), progress)
+        every_kind = {(d.api_version, d.kind) for d in self.dependents}
+        self._delete(ctx, set(self._by_name), self._children(ctx, fresh=every_kind), progress)
         progress.states = {d.name: progress.states[d.name] for d in self.dependents}
         return progress
 
@@ -152,15 +154,17 @@ class Workflow:
                 out.add(dep.name)
         return out
 
-    def _children(self, ctx: Context, fresh: bool) -> dict[str, list[dict]]:
+    def _children(self, ctx: Context, fresh: set[tuple[str, str]]) -> dict[str, list[dict]]:
         """This object's children carrying the dependent label, by the label's value (a name
         no longer declared included): read through ``ctx`` (the cache: the workflow's kinds
-        are owned), or with ``fresh`` from the api-server (one LIST per kind, by label)."""
+        are owned), or for the ``(apiVersion, kind)`` pairs in ``fresh`` from the api-server
+        (one LIST per kind, by label)."""
         uid = ctx.obj["metadata"]["uid"]
         out: dict[str, list[dict]] = {}
         kinds = {(d.api_version, d.kind): d.plural for d in self.dependents}
         for (api_version, kind), plural in kinds.items():
-            listed = (_list_fresh(ctx, api_version, kind, plural) if fresh
+            listed = (_list_fresh(ctx, api_version, kind, plural)
+                      if (api_version, kind) in fresh
                       else ctx.list(api_version, kind, plural=plural))
             for child in listed:
                 meta = child["metadata"]
