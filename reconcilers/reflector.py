@@ -204,10 +204,14 @@ class Reflector:
                 if first or not self.resource_version or self.relist_requested.is_set():
                     self._relists["initial" if first else "requested"
                                   if self.relist_requested.is_set() else "expired"].inc()
-                    self.list(api, initial=first)
-                    # Cleared once the cache is refilled: until then, asking again is moot.
+                    # Cleared before the list, not after: a request made while it is read
+                    # (the cache lost mid-list) may postdate what it read, and lists again.
                     self.relist_requested.clear()
+                    self.list(api, initial=first)
                     first = False
+                    if self.relist_requested.is_set():
+                        continue  # asked for again while listing: list again, not watch
+
                 self.watch(api)
                 delay = FIRST_RETRY
             except cache.StaleTerm as exc:
@@ -307,14 +311,15 @@ class Reflector:
         self._refile_all(seen, pipe)
         for *_, change in changes:
             cache.journal(change, pipe)
-        pipe.execute()
-        for trigger, old, new, change in changes:
-            self.deliver(trigger, old, new, change)
-        self.known = Known(self.gvr, self.namespace, seen)
-        self.resource_version = rv
-        pipe = cache.Writes(self.term)
+        # The position in the same transaction as the objects: a watcher dying in between
+        # would leave newer objects under an older position, for a successor to resume from
+        # and replay older events over.
         cache.mark_synced(self.gvr, self.namespace, rv, self._stream, pipe)
         pipe.execute()
+        self.known = Known(self.gvr, self.namespace, seen)
+        self.resource_version = rv
+        for trigger, old, new, change in changes:
+            self.deliver(trigger, old, new, change)
         self._note("listed")
 
     def watch(self, api) -> None:
@@ -331,6 +336,13 @@ class Reflector:
                 raise Gone(exc.message) from None
             raise
         self._resp = resp
+        # A relist or a stop asked for before there was a watch to close: the asker found
+        # no ``_resp``, so this thread looks now (else a quiet watch would hold it).
+        if self.relist_requested.is_set() or self.stop_event.is_set():
+            self._resp = None
+            resp.release_conn()
+            resp.close()
+            return
         self._note("connected")
         try:
             for event in kube.watch_events(resp, self.stop_event, self.relist_requested):

@@ -429,3 +429,47 @@ def test_a_stream_refused_for_its_term_stops_every_stream_of_that_term(api, name
     thread.join(10)
     assert not thread.is_alive() and stop.is_set()
     assert not cache.is_synced(CONFIGMAPS, namespace)  # its list wrote nothing
+
+
+def test_a_relist_asked_for_while_a_list_is_in_flight_is_not_swallowed(
+        api, namespace, redis_client, monkeypatch):
+    """The cache was lost while a list was being read (Redis restarted mid-list): that list
+    may predate the loss, so another one must follow - the request is not cleared by it."""
+    r = reflector(namespace, Recorder())
+    real, lists, ours = kube.request, [], CONFIGMAPS.path(namespace)
+
+    def request(client, method, path, body=None, query=None, **kwargs):
+        if method == "GET" and path == ours and "watch" not in (query or {}):
+            lists.append(path)
+            if len(lists) == 1:
+                r.request_relist()  # as from another thread, while this list is in flight
+        return real(client, method, path, body, query=query, **kwargs)
+
+    monkeypatch.setattr(kube, "request", request)
+    thread = _run(r)
+    try:
+        wait_for(lambda: len(lists) >= 2, 10, "a second list")
+    finally:
+        _stop(r, thread)
+
+
+def test_a_list_writes_the_cache_and_its_marker_together_or_neither(
+        api, namespace, redis_client, monkeypatch):
+    """A watcher dying between the two would leave newer objects under an older position: its
+    successor would resume from there and replay older events over the newer cache."""
+    make_cm(api, namespace, "a")
+    first = reflector(namespace, Recorder())
+    first.list(api, initial=True)
+    marked = cache.resume_point(CONFIGMAPS, namespace, first._stream)
+    make_cm(api, namespace, "b")
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("the watcher died here")
+
+    monkeypatch.setattr(cache, "mark_synced", dies)
+    second = reflector(namespace, Recorder())
+    with pytest.raises(RuntimeError):
+        second.list(api, initial=True)
+    # Neither: the old position, and the cache as it was there.
+    assert cache.resume_point(CONFIGMAPS, namespace, first._stream) == marked
+    assert cache.get(CONFIGMAPS, namespace, "b") is None
