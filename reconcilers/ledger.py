@@ -107,9 +107,8 @@ class Claim:
 
 class _PreparedCursor(ServerBindingCursor):
     """Server-side binding, each statement prepared on first use: the ledger's few statements
-    run for every key, and planning them (CTEs, CASEs) cost PostgreSQL more than running them
-    - about 1.1 ms of its CPU per claim and finish, 0.3 ms prepared - and client-side binding
-    escaped every value in Python."""
+    run for every key, and planning them (CTEs, CASEs) costs PostgreSQL more than running
+    them, while client-side binding escapes every value in Python."""
 
     def execute(self, query, params=None, *, prepare=None, binary=None):
         return super().execute(query, params, prepare=True, binary=binary)

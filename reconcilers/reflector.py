@@ -71,8 +71,8 @@ class Known:
     After a list it holds every object. After a resume (of a stream without index sets, which
     rebuilds them from every object) it starts empty and reads through to the shared cache -
     an object's first event fetches what the predecessor cached (one HGET) - so a restart
-    costs nothing per unchanged object before its watch runs (at 1,000 cached objects,
-    decoding them all was ~15 ms of a restart's CPU; ~10x that at 10,000). The rest is loaded
+    costs nothing per unchanged object before its watch runs, where decoding them all grows
+    with the cache. The rest is loaded
     at the first event or bookmark ``COMPLETE_AFTER`` seconds on (``complete_if_due``), or
     at once when a relist needs them to diff against. Until then it depends on the cache: if
     Redis lost it in that window, an object no event brought has no ``old`` and a relist

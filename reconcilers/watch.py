@@ -168,8 +168,8 @@ class StreamStatus:
     """Counters and health of one stream, written to ``WatchStream`` rows (at most every 5 s
     unless something important happened, then at the next tick). Fed by the reflector's thread
     in memory only; the supervising thread (``run_streams``) writes them, so a stream never
-    waits for PostgreSQL - a restarted watcher's stream waited ~20 ms for its first row (its
-    thread's own new connection) before reading its first event."""
+    waits for PostgreSQL (a new connection of its own thread) before reading its first
+    event."""
 
     def __init__(self, gvr: GVR, handlers: list[Handler], holder: str,
                  skipped: Callable[[], int]):

@@ -68,7 +68,7 @@ def set_sender(sender: Sender | None, batch: Callable[[], ContextManager] | None
 
 def connect() -> None:
     """Open this thread's database connection and the sender's broker connection before the
-    first ``add`` needs them: a restarted watcher's first keys waited ~40 ms for both."""
+    first ``add`` needs them, so a restarted watcher's first keys do not wait for both."""
     db_connection.ensure_connection()
     connect_sender()
 
