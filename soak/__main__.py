@@ -25,6 +25,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -302,22 +303,31 @@ class Soak:
         self.deleted: list[tuple[str, str]] = []
         funcs, weights = zip(*self.actions())
         deadline = time.monotonic() + self.minutes * 60
-        if each_fault:  # every kind of fault at least once, in a seeded order, then at random
-            for fault in self.rng.sample(funcs[1:], len(funcs) - 1):
-                self.change_objects()
-                fault()
+        done = threading.Event()
+        threading.Thread(target=self.sample_backlog, args=(done,), daemon=True).start()
+        try:
+            if each_fault:  # every kind of fault at least once, in a seeded order, then random
+                for fault in self.rng.sample(funcs[1:], len(funcs) - 1):
+                    self.change_objects()
+                    fault()
+                    self.supervise()
+            while time.monotonic() < deadline:
+                self.rng.choices(funcs, weights)[0]()
+                time.sleep(self.rng.uniform(0.2, 1.5))
                 self.supervise()
+        finally:
+            done.set()
+
+    def sample_backlog(self, done: threading.Event) -> None:
+        """The broker's queue length, twice a second, faults or not (read directly)."""
         import redis
 
         broker = redis.Redis.from_url(self.redis_url, socket_timeout=2)
-        while time.monotonic() < deadline:
-            self.rng.choices(funcs, weights)[0]()
-            time.sleep(self.rng.uniform(0.2, 1.5))
+        while not done.wait(0.5):
             try:
                 self.max_backlog = max(self.max_backlog, broker.llen("celery"))
             except redis.RedisError:
                 pass  # restarting
-            self.supervise()
 
     def supervise(self) -> None:
         """Restart a process that exited on its own, as compose or Kubernetes would - and

@@ -79,7 +79,7 @@ def section(result: dict) -> str:
         + (f"{len(audit.get('writes outside any run', []))}" if audit.get("ran")
            else "not checked") + " |",
         f"| objects not converged / keys left unsettled | **{len(result['unconverged'])}** |",
-        f"| messages published / received by workers / never delivered by the broker | "
+        f"| messages published (or tried) / received by workers / never delivered | "
         f"{result.get('messages published', 0)} / "
         f"{result.get('messages received by workers', 0)} / "
         f"{result.get('messages the broker never delivered', 0)} |",
