@@ -384,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.namespaces} namespaces, {args.pool} workers, faults: {args.faults}; "
           f"logs in {args.work}", flush=True)
     started = time.monotonic()
-    soak.setup()
-    soak.start_operator()
-    try:
+    try:  # whatever fails, the soak's processes, proxy and cluster objects go
+        soak.setup()
+        soak.start_operator()
         soak.chaos(each_fault=args.each_fault)
         soak.supervise()
         # The checker reads the services directly, as the stack's admin.
