@@ -206,7 +206,15 @@ def restart_redis(soak) -> None:
 
 
 def restart_apiserver(soak) -> None:
-    process.stop("kube-apiserver", soak.cfg.run_dir)
-    time.sleep(soak.rng.uniform(0.5, 2))
-    controlplane.start(soak.cfg)
+    """The api-server restarted behind an endpoint that routes to it only once ``/readyz``
+    passes, as a load balancer or the in-cluster ``kubernetes`` Service does: until then the
+    operator's connections are refused. (A new api-server serves before its RBAC caches are
+    synced - ``readyz``'s ``informer-sync`` - and answers 403 meanwhile: docs/reliability.md.)"""
+    soak.toxiproxy.enable("api-server", False)
+    try:
+        process.stop("kube-apiserver", soak.cfg.run_dir)
+        time.sleep(soak.rng.uniform(0.5, 2))
+        controlplane.start(soak.cfg)  # returns once /readyz passes
+    finally:
+        soak.toxiproxy.enable("api-server", True)
     soak.count("api-server restarted (every watch dropped)")

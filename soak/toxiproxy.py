@@ -85,6 +85,10 @@ class Toxiproxy:
                 "name": f"{kind}-{stream}", "type": kind, "stream": stream, "toxicity": 1.0,
                 "attributes": attributes})
 
+    def enable(self, proxy: str, enabled: bool) -> None:
+        """A disabled proxy closes its connections and refuses new ones."""
+        self._call("POST", f"/proxies/{proxy}", {"enabled": enabled})
+
     def clear(self, proxy: str) -> None:
         for toxic in self._call("GET", f"/proxies/{proxy}/toxics") or []:
             try:
