@@ -4,11 +4,12 @@ soak's own ServiceAccount - so the ``proxy`` mode can run on a stack others use;
 of PostgreSQL, Redis (empty, or from a stale snapshot) and the api-server run in ``all`` mode.
 
 - a worker stopped (SIGSTOP) past its lease, then resumed;
-
+- PostgreSQL (fast shutdown), Redis (empty) and the api-server (behind a readiness gate)
+  restarted;
 - network faults through Toxiproxy between the operator and PostgreSQL, Redis, the api-server;
 - the api-server answering 429: API Priority and Fairness puts the operator's ServiceAccount
   in a priority level with no seats of its own, rejecting whatever finds none free (real 429s
-  with Retry-After from the real api-server; how many depends on the operator's concurrency);
+  with Retry-After from the real api-server), while the soak takes seats as that account;
 - the api-server answering 500: a validating webhook that cannot be reached, with
   ``failurePolicy: Fail``, matching only the operator's writes in the soak's namespaces;
 - the leading watcher paused (SIGSTOP) past its Lease, then resumed;
