@@ -64,3 +64,17 @@ def test_the_venv_follows_its_lock_packages_the_lock_dropped_are_removed(tmp_pat
     check = subprocess.run([str(venv_python), "-c", "import six; print(six.__version__)"],
                            capture_output=True, text=True, check=True)
     assert check.stdout.strip() == "1.17.0"
+
+
+def test_every_package_of_the_app_ships_in_the_wheel():
+    """A subpackage missing from pyproject's list installs nothing, and the app fails at import
+    only once installed from the wheel."""
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {".".join(p.parent.relative_to(repo).parts)
+             for p in (repo / "reconcilers").rglob("__init__.py")}
+    assert found - listed == set()
