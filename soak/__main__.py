@@ -384,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.namespaces} namespaces, {args.pool} workers, faults: {args.faults}; "
           f"logs in {args.work}", flush=True)
     started = time.monotonic()
+    code = report.commit()  # at the start: others may commit while it runs
     try:  # whatever fails, the soak's processes, proxy and cluster objects go
         soak.setup()
         soak.start_operator()
@@ -402,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             soak.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     result.update({"seed": args.seed, "minutes": args.minutes, "pool": args.pool,
                    "fault mode": args.faults, "objects requested": args.objects,
-                   "commit": report.commit(), "faults": soak.faults,
+                   "commit": code, "faults": soak.faults,
                    "changes": soak.changes, "seconds": round(time.monotonic() - started)})
     print(json.dumps(result, indent=2), flush=True)
     if not result["audit log"]["ran"]:

@@ -35,10 +35,18 @@ SERVICES = {"postgres": "PostgreSQL", "redis": "Redis", "api-server": "api-serve
 LEASE_SECONDS = 4  # the SoakItem reconciler's run deadline
 
 
+def _during(soak, seconds: float) -> None:
+    """The fault's window, with objects changed at its start: the operator has work to do
+    while the fault is in place (else a short window can pass with nothing to hit)."""
+    until = time.monotonic() + seconds
+    soak.change_objects()
+    time.sleep(max(0.0, until - time.monotonic()))
+
+
 def proxy_fault(soak, proxy: str, fault: str) -> None:
     soak.toxiproxy.add(proxy, fault)
     try:
-        time.sleep(soak.window())
+        _during(soak, soak.window())
     finally:
         soak.toxiproxy.clear(proxy)
     soak.count(f"{SERVICES[proxy]} through the proxy: {fault}")
@@ -49,11 +57,15 @@ def _apply_for_a_window(soak, doc: dict, kind: str, meanwhile=None) -> None:
     path.write_text(json.dumps(doc))
     soak.kubectl("apply", "-f", str(path))
     try:
-        window = soak.window() + 2  # the api-server takes about a second to act on it
+        time.sleep(2)  # the api-server takes about a second to act on it
+        window = soak.window()
         if meanwhile is not None:
+            work = threading.Thread(target=_during, args=(soak, window), daemon=True)
+            work.start()
             meanwhile(window)
+            work.join()
         else:
-            time.sleep(window)
+            _during(soak, window)
     finally:
         soak.kubectl("delete", "-f", str(path), "--wait=false", check=False)
     soak.count(kind)
@@ -129,14 +141,20 @@ def api_failing(soak) -> None:
 
 
 def pause_leader(soak) -> None:
-    """SIGSTOP the watcher holding the Lease for longer than the Lease, then SIGCONT."""
-    out = soak.kubectl("-n", "default", "get", "lease", f"soak-{soak.run_id}", "-o", "json",
-                       check=False)
-    holder = ""
-    if out.returncode == 0:
-        holder = (json.loads(out.stdout).get("spec") or {}).get("holderIdentity") or ""
-    pid = holder.split(":")[1] if holder.count(":") >= 1 else ""
-    leaders = [w for w in soak.watchers if str(w.popen.pid) == pid]
+    """SIGSTOP the watcher holding the Lease for longer than the Lease, then SIGCONT. Right
+    after a watcher was killed there may be no leader yet: wait for one, a while."""
+    leaders = []
+    for _ in range(20):
+        out = soak.kubectl("-n", "default", "get", "lease", f"soak-{soak.run_id}", "-o",
+                           "json", check=False)
+        holder = ""
+        if out.returncode == 0:
+            holder = (json.loads(out.stdout).get("spec") or {}).get("holderIdentity") or ""
+        pid = holder.split(":")[1] if holder.count(":") >= 1 else ""
+        leaders = [w for w in soak.watchers if str(w.popen.pid) == pid]
+        if leaders:
+            break
+        time.sleep(1)
     if not leaders:
         soak.count("leading watcher paused: no leader found to pause")
         return
