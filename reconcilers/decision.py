@@ -10,7 +10,7 @@ never disagree.
 | ``Result.after(s)``                     | ``requeue_after``| reset    | after ``s``         |
 | ``Result.again()``                      | ``requeue``     | +1        | after the backoff   |
 | ``TemporaryError(delay=s)``             | ``error``       | +1        | after ``s`` or backoff |
-| API error 408/409/429/5xx               | ``error``       | +1        | Retry-After or backoff |
+| API error 401/403/408/409/429/5xx       | ``error``       | +1        | Retry-After or backoff |
 | ``PermanentError``, API error other 4xx | ``permanent``   | reset     | none (until a change) |
 | any other exception                     | ``error``       | +1        | after the backoff   |
 | object gone / deleting, not ours        | ``gone`` / ``skipped`` | reset | none          |

@@ -167,7 +167,11 @@ class ApiError(ApiException):
 
     @property
     def temporary(self) -> bool:
-        return self.status in (0, 408, 409, 429) or self.status >= 500
+        """Worth retrying with backoff: no answer, a timeout, a conflict, throttling, a server
+        error - and 401/403, which a restarted api-server answers for a moment before its
+        authentication and authorization caches fill, and which a Role granted later cures
+        without the object changing."""
+        return self.status in (0, 401, 403, 408, 409, 429) or self.status >= 500
 
     @property
     def permanent(self) -> bool:

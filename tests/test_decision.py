@@ -50,8 +50,11 @@ def test_a_permanent_error_stops_retrying():
 
 
 @pytest.mark.parametrize("status,outcome", [(409, "error"), (429, "error"), (503, "error"),
-                                            (422, "permanent"), (403, "permanent")])
+                                            (401, "error"), (403, "error"),
+                                            (422, "permanent"), (400, "permanent")])
 def test_api_errors_are_retried_only_when_they_can_pass(status, outcome):
+    # 401/403 pass too: a restarted api-server refuses for a moment before its authorization
+    # caches fill, and a Role granted later must not wait for the object to change.
     d = decide(attempts=0, backoff=BACKOFF, error=ApiError(status, "Reason", "msg"))
     assert d.outcome == outcome
 

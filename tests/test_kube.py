@@ -278,7 +278,7 @@ def test_the_token_is_asked_for_on_every_call(api):
     stale = _client(api, api_key={name: "Bearer not-a-token"}, refresh_api_key_hook=None)
     with pytest.raises(kube.ApiError) as err:
         _whoami(stale)
-    assert err.value.status == 401 and err.value.permanent
+    assert err.value.status == 401 and err.value.temporary  # retried: the next call refreshes
     stale.configuration.refresh_api_key_hook = \
         lambda cfg: cfg.api_key.__setitem__(name, token)
     assert _whoami(stale) == "admin"
