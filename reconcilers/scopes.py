@@ -5,16 +5,16 @@ watches (none listed: all) - under its Lease's name, which is one per deployment
 the same deployment with another scope replaces it. The union of every announced scope is
 what some watcher covers. From it:
 
-- the reaper forgets the keys of a covered reconciler in namespaces no scope includes (a
-  namespace that left ``RECONCILERS_NAMESPACES``): nobody keeps their objects cached or sends
-  their events, so retrying them would run for ever on what nobody maintains;
 - a new leader drops the synced markers of namespaces its deployment no longer covers (and no
   other does), so runs there read the api-server - where a deleted object is a 404, ``gone`` -
-  rather than a cache nobody keeps.
+  rather than a cache nobody keeps;
+- and forgets their keys (``Forgetting``: at once, and again for a while, so a run in flight
+  then is forgotten once it ends): nobody keeps their objects cached or sends their events,
+  so retrying them would run for ever on what nobody maintains.
 
-A reconciler no scope names is left alone: its deployment may only be restarting. An entry
-stays until its deployment's next leader replaces it; ``forget(lease)`` removes the entry of a
-deployment taken away for good.
+Only a change of a deployment's own scope forgets anything - never the mere absence of an
+entry: Redis restarted empty knows no scope until each leader's next start, and a deployment
+may only be restarting. ``forget(lease)`` removes the entry of one taken away for good.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import json
 import logging
 from typing import Iterable
 
-from . import cache
+import time
+
+from . import cache, workqueue
 from .spec import Reconciler
 
 log = logging.getLogger(__name__)
@@ -86,3 +88,28 @@ def dropped(previous: Scope | None) -> dict[str, set[str | None]]:
         if gone:
             out[reconciler] = gone
     return out
+
+
+class Forgetting:
+    """Forget the keys a new leader's deployment stopped covering (``dropped``): at once, and
+    at each call for ``seconds`` more - a key running at first is forgotten once its run ends
+    (runs end within their hard limit)."""
+
+    def __init__(self, dropped: dict[str, set[str | None]], seconds: float = 180.0):
+        self.kept = covered() if dropped else {}
+        self.dropped = dropped
+        self.until = time.monotonic() + seconds
+        self.forgotten = 0
+
+    def __call__(self, streams: object = None) -> None:
+        if not self.dropped or time.monotonic() > self.until:
+            return
+        try:
+            for reconciler, namespaces in self.dropped.items():
+                if None in namespaces:  # it watched every namespace: all but what is kept
+                    self.forgotten += workqueue.forget_outside(
+                        {reconciler: self.kept.get(reconciler) or set()})
+                else:
+                    self.forgotten += workqueue.forget_in(reconciler, namespaces)
+        except Exception as exc:  # the database down: the next call tries again
+            log.warning("could not forget the keys of namespaces no longer watched: %s", exc)

@@ -26,7 +26,7 @@ from django import db
 from django.apps import apps
 
 from . import (broker, capabilities, deadlines, history, metrics, periodic, probes,
-               ratelimit, resync as resyncs, runner, runpool, scopes, timers, workqueue)
+               ratelimit, resync as resyncs, runner, runpool, timers, workqueue)
 from .conf import RunLimits, process_setting
 from .registry import NotRegistered, registry
 from .vocab import Key
@@ -96,7 +96,6 @@ def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
     with _periodic_connection():
         found = workqueue.reap(broker_backlog())
-        workqueue.forget_outside(scopes.covered())
         if found.lost_runs:
             history.record_lost_runs(found.lost_runs)
             for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so

@@ -238,6 +238,16 @@ def forget_outside(covered: dict[str, set[str] | None]) -> int:
     return forgotten
 
 
+def forget_in(reconciler: str, namespaces: Iterable[str | None]) -> int:
+    """Drop the rows of ``reconciler``'s keys in ``namespaces`` unless running (``scopes``)."""
+    forgotten = (WorkItem.objects.filter(reconciler=reconciler, namespace__in=list(namespaces))
+                 .exclude(state=State.RUNNING).delete()[0])
+    if forgotten:
+        log.warning("forgot %d keys of %s in namespaces no longer watched", forgotten,
+                    reconciler)
+    return forgotten
+
+
 def reap(backlog: Backlog | None = None) -> Reaped:
     """Recover what crashes and lost messages left behind, and send what is due. The runs it
     found lost are returned for history to record. ``backlog``: how long the broker's oldest

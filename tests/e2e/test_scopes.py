@@ -72,3 +72,21 @@ def test_a_reconciler_nobody_announces_is_left_alone(redis_client):
     previous = scopes.announce("deployment-a", {"widgets.example.com": ["ns3"]})
     assert scopes.dropped(previous) == {"widgets.example.com": {"ns1"}}
     assert scopes.covered() == {"widgets.example.com": {"ns2", "ns3"}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_that_lost_the_scopes_forgets_nothing(redis_client):
+    """Two deployments run one reconciler on different namespaces. Redis restarts empty and
+    only one of them starts again: the other's keys are not forgotten, since no deployment
+    dropped them - only an announced change of a deployment's own scope forgets."""
+    from reconcilers import workqueue
+    from reconcilers.vocab import Key
+
+    scopes.announce("deployment-a", {"widgets.example.com": ["ns-a"]})
+    scopes.announce("deployment-b", {"widgets.example.com": ["ns-b"]})
+    workqueue.add([Key("widgets.example.com", "ns-a", "w"), Key("widgets.example.com", "ns-b", "w")],
+                  "added")
+    redis_client.flushdb()
+    previous = scopes.announce("deployment-b", {"widgets.example.com": ["ns-b"]})
+    scopes.Forgetting(scopes.dropped(previous))()
+    assert WorkItem.objects.filter(reconciler="widgets.example.com").count() == 2

@@ -148,6 +148,9 @@ def test_every_api_server_call_of_a_run_names_the_run():
     assert "(run" not in kube.user_agent()
 
 
+# Every fault kind at least once, then up to three minutes to settle: past the suite's
+# default 300 s a timed-out soak would leave its operator's processes running under the next.
+@pytest.mark.timeout(1000)
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_a_short_soak_keeps_every_promise(stack, tmp_path, pool):
     """Both pools: prefork children run a message's keys one by one; the thread pool's run

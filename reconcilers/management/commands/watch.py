@@ -113,12 +113,18 @@ class Command(BaseCommand):
                                 broker.send_periodic,
                                 until=term.is_set).start()
             streams = watch.build_streams(classes, enqueuer, term, identity, term=fence)
-            self._announce(classes, stop)
+            forgetting = self._announce(classes, stop)
             self._replay(streams, stop)
+            start_pass = onstart.StartPass(classes)
+
+            def tick(running: list) -> None:
+                start_pass(running)
+                forgetting()
+
             watch.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and (not elector.is_leader.is_set()
                                          or elector.term != fence.number)),
-                identity=identity, health=health, wake=stop, tick=onstart.StartPass(classes))
+                identity=identity, health=health, wake=stop, tick=tick)
             term.set()
             enqueuer.stop()
             enqueuer.join(15)
@@ -126,9 +132,10 @@ class Command(BaseCommand):
             campaign.join(10)  # its Lease released, so a successor leads at once
         self.stdout.write("watch stopped")
 
-    def _announce(self, classes: list, stop: threading.Event) -> None:
+    def _announce(self, classes: list, stop: threading.Event) -> scopes.Forgetting:
         """Record what this deployment covers now (``scopes``) and drop the synced markers of
-        what it stopped covering, before the first run reads from the cache."""
+        what it stopped covering, before the first run reads from the cache; the keys there
+        are forgotten by what this returns, called with every tick of the streams."""
         delay = 0.5
         while not stop.is_set():
             try:
@@ -146,12 +153,15 @@ class Command(BaseCommand):
                     self.stdout.write(f"{name}: no longer watching "
                                       f"{', '.join(n or 'every namespace' for n in namespaces)}"
                                       "; its keys there are forgotten")
-                return
+                forgetting = scopes.Forgetting(scopes.dropped(previous))
+                forgetting()
+                return forgetting
             except Exception as exc:
                 self.stderr.write(f"could not announce this watcher's scope "
                                   f"({type(exc).__name__}: {exc}); retrying in {delay:.1f}s")
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
+        return scopes.Forgetting({})
 
     def _replay(self, streams: list, stop: threading.Event) -> None:
         """Replay the journal before streaming, waiting out a Redis outage: the entries there
