@@ -207,7 +207,8 @@ def test_a_live_connection_whose_network_drops_every_packet_fails_within_the_bou
     rule = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", "{port}", "-j", "DROP"]
     probe = _iptables("-C", *[p.replace("{port}", "1") for p in rule])
     if "Permission denied" in probe.stderr or probe.returncode not in (0, 1):
-        pytest.skip(f"no iptables here: {probe.stderr.strip()}")
+        pytest.fail(f"iptables cannot be used here ({probe.stderr.strip()}); `make test` "
+                    "installs it (hack/ensure-test-tools.sh) and runs as root", pytrace=False)
     s = connection.settings_dict
     forwarder = Forwarder((s["HOST"], int(s["PORT"])))
     url = worker_db_url.replace(f":{s['PORT']}/", f":{forwarder.port}/")
