@@ -142,7 +142,8 @@ class Command(BaseCommand):
                 conf = settings()
                 previous = scopes.announce(conf.lease_name,
                                            scopes.of(classes, conf.namespace_list))
-                for name, namespaces in scopes.dropped(previous).items():
+                dropped = scopes.dropped(previous)
+                for name, namespaces in dropped.items():
                     if name not in registry:
                         continue
                     cls = registry.get_class(name)
@@ -153,7 +154,7 @@ class Command(BaseCommand):
                     self.stdout.write(f"{name}: no longer watching "
                                       f"{', '.join(n or 'every namespace' for n in namespaces)}"
                                       "; its keys there are forgotten")
-                forgetting = scopes.Forgetting(scopes.dropped(previous))
+                forgetting = scopes.Forgetting(dropped)
                 forgetting()
                 return forgetting
             except Exception as exc:
