@@ -53,7 +53,8 @@ clean: down
 	rm -rf .local .venv
 
 # Benchmarks against kopf, controller-runtime and the api-server ceiling on the local stack
-# (docs/benchmarks.md). bench-quick is CI-sized: N=200, one repetition, a few minutes.
+# (docs/contributing/benchmarks.md). bench-quick is CI-sized: N=200, one repetition, a few
+# minutes.
 # Extra arguments: make bench BENCH_ARGS="--large" (N=10,000 cost curve and relist).
 BENCH_ARGS ?=
 
@@ -65,9 +66,10 @@ bench: up
 bench-quick: up
 	$(PYTHON) -m bench --quick $(BENCH_ARGS)
 
-# The chaos soak (docs/reliability.md): the whole operator under random faults, then an
-# independent check from outside (the api-server, its audit log, the broker's messages); it
-# writes its figures into docs/reliability.md. On a stack others use: SOAK_ARGS="... --faults proxy"
+# The chaos soak (docs/contributing/reliability.md): the whole operator under random faults,
+# then an independent check from outside (the api-server, its audit log, the broker's
+# messages); it writes its figures into docs/contributing/reliability.md. On a stack others
+# use: SOAK_ARGS="... --faults proxy"
 SOAK_ARGS ?= --minutes 10 --objects 300 --seed 42 --each-fault --write-docs
 
 .PHONY: soak

@@ -10,7 +10,7 @@ run, minutes apart, never across runs) - and then to the median over all of the 
 shown with its range. Where no version has ``MIN_RUNS`` full runs, the newest version's runs
 are shown, labelled as fewer than three.
 
-The output is one generated block in docs/benchmarks.md (every figure, every group of runs) and
+The output is one generated block in docs/contributing/benchmarks.md (every figure, every group of runs) and
 a short one in README.md's Benchmarks section, each between ``BEGIN`` and ``END``; nothing
 else in either file copies a figure by hand. ``python -m bench`` runs this at its end.
 """
@@ -265,7 +265,7 @@ def readme_block(groups: list[Group]) -> str:
         parts += [table(chosen, [f for f in FIGURES if f.readme]), ""]
     parts += ["Medians over runs (min-max), ratios this project / peer within each run; every "
               "figure, the whole footprint and how each is measured in "
-              "[docs/benchmarks.md](docs/benchmarks.md).", END]
+              "[docs/contributing/benchmarks.md](docs/contributing/benchmarks.md).", END]
     return "\n".join(parts)
 
 
@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=BENCH / "results",
                         help="the directory of results files (all of them are read)")
-    parser.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--docs", type=Path,
+                        default=REPO / "docs" / "contributing" / "benchmarks.md")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     args = parser.parse_args(argv)

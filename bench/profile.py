@@ -3,7 +3,7 @@
 Starts this project as the benchmark does, attaches py-spy (pinned, installed from PyPI into a
 cached venv) to the watcher, the Celery worker and each pool child, converges N objects, and
 prints CPU per object per process and the share of samples spent in each engine stage. Used to
-find what dominates when a target is missed (docs/benchmarks.md, "What dominates").
+find what dominates when a target is missed (docs/contributing/benchmarks.md, "What dominates").
 """
 
 from __future__ import annotations

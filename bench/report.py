@@ -2,7 +2,8 @@
 
 ``summarize`` reduces one scenario's raw runs to per-implementation figures (only runs that
 passed the correctness check count); ``markdown`` renders every scenario's table;
-``update_doc`` puts them into docs/benchmarks.md between markers, with the exact command.
+``update_doc`` puts them into docs/contributing/benchmarks.md between markers, with the exact
+command.
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ def one_line(scenario: str, res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.report --marker full bench/results/<date>-*.json``: re-render a run's
-    tables into docs/benchmarks.md from its result files (no benchmark runs)."""
+    tables into docs/contributing/benchmarks.md from its result files (no benchmark runs)."""
     import argparse
 
     from .config import REPO
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     meta, results = load(args.files)
     order = ["converge", "latency", "burst", "cost", "relist"]
     results = {k: results[k] for k in order if k in results}
-    update_doc(REPO / "docs" / "benchmarks.md", args.marker, markdown(results, meta))
+    update_doc(REPO / "docs" / "contributing" / "benchmarks.md", args.marker,
+               markdown(results, meta))
     return 0
 
 

@@ -13,7 +13,7 @@ ServiceAccount of its own, its every connection through the proxy.
 Then the faults stop and an independent checker (``soak.check``) asserts the promises from the
 api-server, its audit log, the messages counted at the broker, the history and the side
 channel the reconciler writes. Exit status 0 only when every check passed; the figures are
-printed and written as JSON, and ``--write-docs`` writes them into docs/reliability.md.
+printed and written as JSON, and ``--write-docs`` writes them into docs/contributing/reliability.md.
 """
 
 from __future__ import annotations
@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="all: every kind; proxy: none that restarts PostgreSQL, Redis or "
                              "the api-server (for a stack others use)")
     parser.add_argument("--write-docs", action="store_true",
-                        help="write the figures into docs/reliability.md's measured section")
+                        help="write the figures into the measured section of "
+                        "docs/contributing/reliability.md")
     parser.add_argument("--work", type=Path, default=REPO / ".local" / "soak")
     parser.add_argument("--report", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args(argv)
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(result, indent=2) + "\n")
     if args.write_docs:
-        report.write_docs(result, REPO / "docs" / "reliability.md")
+        report.write_docs(result, REPO / "docs" / "contributing" / "reliability.md")
     return 0 if result["passed"] else 1
 
 

@@ -228,7 +228,8 @@ def restart_apiserver(soak) -> None:
     """The api-server restarted behind an endpoint that routes to it only once ``/readyz``
     passes, as a load balancer or the in-cluster ``kubernetes`` Service does: until then the
     operator's connections are refused. (A new api-server serves before its RBAC caches are
-    synced - ``readyz``'s ``informer-sync`` - and answers 403 meanwhile: docs/reliability.md.)"""
+    synced - ``readyz``'s ``informer-sync`` - and answers 403 meanwhile:
+    docs/contributing/reliability.md.)"""
     soak.toxiproxy.enable("api-server", False)
     try:
         process.stop("kube-apiserver", soak.cfg.run_dir)

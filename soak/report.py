@@ -1,6 +1,6 @@
 """What the soak says about itself: why a process exited, and the measured section of
-docs/reliability.md, written from the run's own report (``python -m soak --write-docs``) so
-the figures there are always those of a run on the code they name."""
+docs/contributing/reliability.md, written from the run's own report (``python -m soak
+--write-docs``) so the figures there are always those of a run on the code they name."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The chaos soak, short: every kind of fault at least once against the whole operator, then
 the independent checker; and the checker's parts (the audit log, the messages, the report)
-on synthetic input. ``make soak`` runs the long one (docs/reliability.md)."""
+on synthetic input. ``make soak`` runs the long one (docs/contributing/reliability.md)."""
 
 from __future__ import annotations
 
