@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from reconcilers.models import ReconcileRecord, WatchStream
+from reconcilers.models import (ReconcileRecord, RegisteredReconciler, State, WatchStream,
+                                WorkItem)
 from tests.e2e.test_engine import PROBE, create, get
 from tests.helpers import wait_for
 
@@ -22,6 +23,13 @@ def _notes(kube, namespace: str) -> set:
 
 def _start_runs() -> int:
     return ReconcileRecord.objects.filter(reconciler=PROBE, triggers__contains=["start"]).count()
+
+
+def _settled() -> bool:
+    recorded = RegisteredReconciler.objects.filter(name=PROBE).exclude(start_fingerprint="")
+    busy = WorkItem.objects.filter(reconciler=PROBE).exclude(state=State.IDLE)
+    return recorded.exists() and not busy.exists() and ReconcileRecord.objects.filter(
+        reconciler=PROBE).count() >= len(NAMES)
 
 
 def _restart(operator, **env: str) -> None:
@@ -58,8 +66,9 @@ def test_a_restart_that_changed_nothing_makes_no_start_pass_unless_always(kube, 
     for name in NAMES:
         create(kube, namespace, name, value=1)
     wait_for(lambda: _notes(kube, namespace) == {"same"}, 60, "every probe reconciled")
-    # The first leader of these settings made its pass; let it be recorded as done.
-    wait_for(lambda: ReconcileRecord.objects.filter(reconciler=PROBE).count() >= len(NAMES), 30)
+    # The first leader of these settings made its pass; let it be recorded as done, and let
+    # every run end: a start key merged into a running one re-runs once it finishes.
+    wait_for(_settled, 30, "the first pass recorded and every key idle")
     passes = _start_runs()
 
     _restart(operator)  # SIGTERM: the stopping watcher records its stream disconnected
