@@ -101,7 +101,8 @@ def test_production_refuses_the_example_placeholders(variable, value):
 
 
 def test_the_image_build_context_leaves_out_cluster_credentials_and_secrets():
-    """The README has users write operator-kubeconfig and .env into this directory."""
+    """docs/running/compose.md has users write operator-kubeconfig and .env into this
+    directory."""
     import fnmatch
 
     patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
@@ -123,9 +124,10 @@ def test_the_image_build_context_leaves_out_cluster_credentials_and_secrets():
 
 
 def test_the_readmes_production_settings_leave_only_the_opt_in_hsts_warnings():
-    """README, "Where the admin is": exactly the settings it shows, and what it says remains."""
-    readme = (REPO / "README.md").read_text()
-    assert "reports only\n`security.W005` and `security.W021`" in readme
+    """docs/running/compose.md, "Where the admin is": exactly the settings it shows, and what
+    it says remains."""
+    doc = (REPO / "docs" / "running" / "compose.md").read_text()
+    assert "reports only\n`security.W005` and `security.W021`" in doc
     result = check_deploy(production_env(
         ALLOWED_HOSTS="operator.example.com", CSRF_TRUSTED_ORIGINS="https://operator.example.com",
         SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https", SECURE_HSTS_SECONDS="3600",

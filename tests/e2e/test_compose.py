@@ -437,9 +437,9 @@ def test_the_image_runs_exactly_the_hashed_lock(project_image):
     assert ("async-timeout" in found["have"]) == (tuple(found["python"]) < (3, 11, 3))
 
 def test_an_image_built_from_this_one_runs_its_own_app(project_image, tmp_path):
-    """README "Your apps in the image": FROM this image, COPY an app, name it in OPERATOR_APPS -
-    the app's reconciler is registered and its RBAC rules are generated, no framework file
-    edited."""
+    """docs/running/compose.md, "Your apps in the image": FROM this image, COPY an app, name
+    it in OPERATOR_APPS - the app's reconciler is registered and its RBAC rules are generated,
+    no framework file edited."""
     app = tmp_path / "myapp"
     app.mkdir()
     (app / "__init__.py").write_text("")

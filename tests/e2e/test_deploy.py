@@ -1,6 +1,6 @@
 """The in-cluster manifests (deploy/, kustomize) render, are accepted by a real api-server, and
 stay in sync with what the code generates (RBAC, the sample's CRD); the production surface
-(docs/deploying.md): confined pods, disruption budgets, network policies, pinned images and a
+(docs/running/cluster.md): confined pods, disruption budgets, network policies, pinned images and a
 migration Job that upgrades without being deleted by hand."""
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ def test_network_policies_deny_ingress_but_where_it_is_needed():
 def test_redis_refuses_writes_at_maxmemory_rather_than_evicting(tmp_path):
     """Compose's Redis, started with compose's own command line: maxmemory-policy noeviction
     (an evicted broker key is a lost task, an evicted cache key a wrong view of the cluster).
-    deploy/ brings no Redis; docs/deploying.md asks the same of the one REDIS_URL names."""
+    deploy/ brings no Redis; docs/running/cluster.md asks the same of the one REDIS_URL names."""
     import redis
 
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())

@@ -1,8 +1,9 @@
-"""The README's plain layout on a cluster as a new user has it: ``manage.py watch`` with the
-samples (``OPERATOR_SAMPLES=1``, which installs their CRDs) and one Celery worker - no webhook
-server. Every kind it installs must stay listable and every namespace deletable with no other
-process running: a CRD whose conversion webhook nobody serves fails every list of its kind,
-the namespace controller's included, and leaves every namespace holding one ``Terminating``."""
+"""The plain layout on a cluster as a new user has it (README, "A first reconciler"):
+``manage.py watch`` with the samples (``OPERATOR_SAMPLES=1``, which installs their CRDs) and
+one Celery worker - no webhook server. Every kind it installs must stay listable and every
+namespace deletable with no other process running: a CRD whose conversion webhook nobody
+serves fails every list of its kind, the namespace controller's included, and leaves every
+namespace holding one ``Terminating``."""
 
 from __future__ import annotations
 
