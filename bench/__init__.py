@@ -8,7 +8,7 @@
 - ``results``      one file per scenario of every run, never overwritten, with the version,
                    commit, arguments and environment overrides: ``bench/results/``
 - ``figures``      the headline: medians over every full run of one version, from all results
-                   files, into docs/contributing/benchmarks.md and README.md
+                   files, into docs/contributing/benchmarks.md
 - ``impls/``       one module per implementation: how to start, stop and describe it
 - ``scenarios/``   one module per scenario: drive the workload, check, measure
 - ``workload``     the BenchItem CRD, namespaces, creates/updates, the correctness check

@@ -1,5 +1,5 @@
 """``python -m bench [--quick] [--large] ...``: run the benchmarks, keep the results, update the
-figures (``bench.figures``) in docs/contributing/benchmarks.md and README.md.
+figures (``bench.figures``) in docs/contributing/benchmarks.md.
 
     make bench-quick   # N=200, 1 repetition, 5 s latency windows: a few minutes
     make bench         # N=1,000, 3 repetitions alternating implementations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="this project: a separate celery beat instead of the watcher "
                              "sending the periodic tasks (the large-install layout)")
     parser.add_argument("--no-doc", action="store_true",
-                        help="do not update docs/contributing/benchmarks.md and README.md")
+                        help="do not update docs/contributing/benchmarks.md")
     parser.add_argument("--out", default=str(config.BENCH / "results"),
                         help="where the result files go (experiments: somewhere scratch)")
     args = parser.parse_args(argv)

@@ -107,7 +107,7 @@ def test_fewer_than_three_full_runs_are_shown_labelled_as_such(tmp_path):
     write_run(tmp_path, 0, {"this-project": [100.0]})
     write_run(tmp_path, 1, {"this-project": [200.0]})
     groups = figures.group(results.load_dir(tmp_path))
-    block = figures.readme_block(groups)
+    block = figures.docs_block(groups)
     assert "Fewer than three full runs" in block
     assert "has 2" in block
     assert "| converge (obj/s) | 150 (100-200)" in block
@@ -122,7 +122,7 @@ def test_a_figure_missing_from_some_runs_says_over_how_many(tmp_path):
 
 
 def test_no_results_of_the_fair_bench_says_so(tmp_path):
-    assert "No results of the fair bench yet" in figures.readme_block([])
+    assert "No results of the fair bench yet" in figures.docs_block([])
 
 
 def test_there_is_no_way_to_name_a_run(tmp_path):
@@ -133,16 +133,14 @@ def test_there_is_no_way_to_name_a_run(tmp_path):
 
 
 def test_only_the_generated_block_is_rewritten(tmp_path):
-    readme = tmp_path / "README.md"
     docs = tmp_path / "benchmarks.md"
     before = "# Title\n\ntext\n\n<!-- figures:begin -->\nold 347 obj/s\n<!-- figures:end -->\n\nrest\n"
-    readme.write_text(before)
     docs.write_text(before)
     out = tmp_path / "results"
     for second in range(3):
         write_run(out, second, {"this-project": [100.0]})
-    figures.main(["--results", str(out), "--docs", str(docs), "--readme", str(readme)])
-    text = readme.read_text()
+    figures.main(["--results", str(out), "--docs", str(docs)])
+    text = docs.read_text()
     assert text.startswith("# Title\n\ntext\n\n<!-- figures:begin -->\n")
     assert text.endswith("<!-- figures:end -->\n\nrest\n")
     assert "old 347" not in text and "| converge (obj/s) | 100 |" in text
@@ -150,4 +148,13 @@ def test_only_the_generated_block_is_rewritten(tmp_path):
 
 def test_a_file_without_the_block_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="figures:begin"):
-        figures.replace_block("no block here\n", "x", "README.md")
+        figures.replace_block("no block here\n", "x", "benchmarks.md")
+
+
+def test_the_figures_go_to_the_benchmarks_doc_only():
+    """One generated block, in the benchmarks doc: the README and every other doc link it."""
+    with pytest.raises(SystemExit):  # no --readme any more
+        figures.main(["--readme", "README.md"])
+    text = (figures.REPO / "docs" / "contributing" / "benchmarks.md").read_text()
+    assert text.count(figures.BEGIN) == 1 and text.count(figures.END) == 1
+    assert figures.BEGIN not in (figures.REPO / "README.md").read_text()
