@@ -43,6 +43,6 @@ USER 10001:10001
 EXPOSE 8000
 # gunicorn's control socket would need a writable home; nothing here uses it. Its workers share
 # one metrics directory (emptied at start), so /metrics shows all of them; the watcher and the
-# worker make their own (reconcilers/metrics.py).
+# worker make their own (reconcilers/_base/metrics.py).
 CMD ["sh", "-c", \
      "d=\"${PROMETHEUS_MULTIPROC_DIR:-/tmp/web-metrics}\" && mkdir -p \"$d\" && rm -f \"$d\"/*.db && export PROMETHEUS_MULTIPROC_DIR=\"$d\" && exec gunicorn operator_project.wsgi --bind \"$WEB_BIND\" --access-logfile - --no-control-socket"]

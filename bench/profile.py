@@ -28,18 +28,18 @@ PY_SPY = "py-spy==0.4.3"
 # Substrings of py-spy frames ("function (file:line)") -> the stage they belong to.
 STAGES = [
     ("new PostgreSQL connection", "get_new_connection"),
-    ("ledger.claim", "claim (reconcilers/ledger.py"),
-    ("read object from cache", "read_object (reconcilers/runner.py"),
-    ("reconcile (user code + status PATCH)", "_call (reconcilers/runner.py"),
-    ("  of which: api-server request", "request (reconcilers/kube.py"),
-    ("history + ledger.finish", "_finish (reconcilers/runner.py"),
-    ("  of which: history.record_run (ORM)", "record_run (reconcilers/history.py"),
-    ("workqueue.send (publish after commit)", "send (reconcilers/workqueue.py"),
+    ("ledger.claim", "claim (reconcilers/_queue/ledger.py"),
+    ("read object from cache", "read_object (reconcilers/_run/runner.py"),
+    ("reconcile (user code + status PATCH)", "_call (reconcilers/_run/runner.py"),
+    ("  of which: api-server request", "request (reconcilers/_kube/kube.py"),
+    ("history + ledger.finish", "_finish (reconcilers/_run/runner.py"),
+    ("  of which: history.record_run (ORM)", "record_run (reconcilers/_run/history.py"),
+    ("workqueue.send (publish after commit)", "send (reconcilers/_queue/workqueue.py"),
     ("celery: ack (kombu redis QoS)", "Message.ack"),
     ("celery: receive (BRPOP)", "_brpop_read"),
     ("watcher: event handling + cache write", "Reflector.handle"),
-    ("watcher: enqueue statement", "enqueue (reconcilers/ledger.py"),
-    ("watcher: publish messages", "(reconcilers/broker.py"),
+    ("watcher: enqueue statement", "enqueue (reconcilers/_queue/ledger.py"),
+    ("watcher: publish messages", "(reconcilers/_queue/broker.py"),
 ]
 
 

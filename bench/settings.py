@@ -29,7 +29,7 @@ if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
     CELERY_DB_REUSE_MAX = int(_os.environ["BENCH_EXPERIMENT_DB_REUSE_MAX"])
 
 if _os.environ.get("BENCH_EXPERIMENT_METRICS_OFF"):
-    _os.environ["OPERATOR_METRICS"] = "0"  # read when reconcilers.metrics is first imported
+    _os.environ["OPERATOR_METRICS"] = "0"  # read when reconcilers._base.metrics is first imported
 
 if _os.environ.get("BENCH_EXPERIMENT_UNPREPARED"):
     # The ledger's statements bound client-side and planned on every execution (the

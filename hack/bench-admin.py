@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    from reconcilers.environ import load_env_file, parse_database_url
+    from reconcilers._base.environ import load_env_file, parse_database_url
 
     load_env_file(REPO / ".local" / "env")
     db = parse_database_url(os.environ["DATABASE_URL"])
@@ -55,7 +55,7 @@ def main() -> None:
     from django.contrib.auth.models import User
 
     from reconcilers.models import ReconcileRecord, RegisteredReconciler, WorkItem
-    from reconcilers.registry import registry
+    from reconcilers._authoring.registry import registry
 
     t0 = time.perf_counter()
     table = ReconcileRecord._meta.db_table

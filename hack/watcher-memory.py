@@ -95,7 +95,7 @@ def _deployment(i: int, selected: bool) -> dict:
 
 def _watcher_peak(env: dict, namespace: str, n: int) -> float:
     """Start a watcher, wait until its Deployment stream is synced, read VmHWM, stop it."""
-    from reconcilers import cache  # noqa: F401  (Django must be set up: settings read env)
+    from reconcilers._kube import cache  # noqa: F401  (Django must be set up: settings read env)
 
     proc = subprocess.Popen([sys.executable, "manage.py", "watch"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -122,20 +122,20 @@ DEPLOYMENTS = "operator:obj:apps/v1/deployments"
 
 
 def _forget_cache() -> None:
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     cache.get_redis().delete(DEPLOYMENTS)
 
 
 def _cache_bytes() -> int:
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     return int(cache.get_redis().memory_usage(DEPLOYMENTS, samples=0) or 0)
 
 
 def _synced(namespace: str, n: int) -> bool:
-    from reconcilers import cache
-    from reconcilers.vocab import GVR
+    from reconcilers._kube import cache
+    from reconcilers._base.vocab import GVR
 
     gvr = GVR("apps", "v1", "deployments", "Deployment", True)
     return cache.is_synced(gvr, namespace) and len(cache.objects(gvr, namespace)) == n

@@ -31,7 +31,8 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     from kubernetes import client
 
-    from reconcilers import crds, kube
+    from reconcilers._authoring import crds
+    from reconcilers._kube import kube
     from reconcilers.models import WebhookCall
 
     api = kube.api_client()

@@ -1,7 +1,7 @@
 """The Django project: settings, URLs, and the Celery app that every process runs.
 
 The app is imported at start, as Celery's Django guide has it: the work queue publishes its
-messages through it (``reconcilers/broker.py``), so every process that sends - the watcher
+messages through it (``reconcilers/_queue/broker.py``), so every process that sends - the watcher
 too - needs it. ``celery -A operator_project`` finds it in ``operator_project.celery``.
 """
 

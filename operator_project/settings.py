@@ -2,7 +2,7 @@
 
 Local development gets safe defaults from ``.local/env`` (written by ``make up``); production must
 set ``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL`` and ``ALLOWED_HOSTS`` itself. The operator's
-own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/conf.py``.
+own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/_base/conf.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers.environ import (env_bool, env_float, env_int, env_list, load_env_file,
-                                 parse_database_url)
+from reconcilers._base.environ import (env_bool, env_float, env_int, env_list, load_env_file,
+                                       parse_database_url)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ OPERATOR_SAMPLES = env_bool("OPERATOR_SAMPLES", False)
 if OPERATOR_SAMPLES:
     INSTALLED_APPS += ["reconcilers.contrib.samplecontroller", "reconcilers.contrib.podset"]
 # Your operator apps, by import path, without editing this file: the image and compose take
-# them from the environment (README, "Your apps in the image").
+# them from the environment (docs/running/compose.md, "Your apps in the image").
 INSTALLED_APPS += env_list("OPERATOR_APPS")
 # `makecrds` keeps the webhook server's cluster manifests (its read-only RBAC and the two
 # configurations, which follow the resources' hooks) beside the CRDs; `--check` fails when stale.
@@ -202,10 +202,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_TIMEZONE = TIME_ZONE
 # Beat's periodic tasks (reaper, resync, history pruning) are added by the reconcilers app
-# itself (reconcilers/tasks.py); an entry of the same name here would override it.
+# itself (reconcilers/_run/tasks.py); an entry of the same name here would override it.
 
 # LOG_FORMAT=json: one JSON object per line, each line of a run carrying its reconciler,
-# namespace, name, trigger, attempt, task id and record id (reconcilers/logs.py).
+# namespace, name, trigger, attempt, task id and record id (reconcilers/_base/logs.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
 if LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', not {LOG_FORMAT!r}")
@@ -214,9 +214,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "reconcilers.logs.JsonFormatter"},
+        "json": {"()": "reconcilers._base.logs.JsonFormatter"},
     },
-    "filters": {"run": {"()": "reconcilers.logs.RunFields"}},
+    "filters": {"run": {"()": "reconcilers._base.logs.RunFields"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
                     "filters": ["run"]},
@@ -263,7 +263,7 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
-# Health checks (reconcilers/health.py): seconds each readiness check may take, and how old
+# Health checks (reconcilers/_watch/health.py): seconds each readiness check may take, and how old
 # the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)

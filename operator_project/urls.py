@@ -1,17 +1,11 @@
 """URLs: the admin at /admin/; liveness at /healthz, readiness at /readyz and Prometheus
-metrics at /metrics (reconcilers/health.py). A process started without the admin's apps
+metrics at /metrics (``reconcilers.urls``). A process started without the admin's apps
 (``OPERATOR_SERVES_PAGES=0``: the watcher, the workers) has the health endpoints only."""
 
 from django.conf import settings
-from django.urls import path
+from django.urls import include, path
 
-from reconcilers import health
-
-urlpatterns = [
-    path("healthz", health.healthz, name="healthz"),
-    path("readyz", health.readyz, name="readyz"),
-    path("metrics", health.metrics_view, name="metrics"),
-]
+urlpatterns = [path("", include("reconcilers.urls"))]
 
 if settings.SERVES_PAGES:
     from django.contrib import admin

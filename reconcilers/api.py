@@ -6,16 +6,17 @@ Nothing else in the package is meant for user code: Celery, the ledger and the K
 plumbing stay behind this surface.
 """
 
-from . import events, predicates
-from .admission import ValidationError, Webhook
-from .context import Context, Lister, NotOwnedError, controller_of
-from .dependents import Dependent, Progress, Workflow
-from .kube import ApiError
-from .registry import Registry, register
-from .results import PermanentError, Result, TemporaryError
-from .spec import Reconciler
-from .timers import timer
-from .vocab import GVR, Index, Key, Owns, Watches
+from reconcilers._kube import events
+from reconcilers._base import predicates
+from reconcilers._webhooks.admission import ValidationError, Webhook
+from reconcilers._kube.context import Context, Lister, NotOwnedError, controller_of
+from reconcilers._authoring.dependents import Dependent, Progress, Workflow
+from reconcilers._kube.kube import ApiError
+from reconcilers._authoring.registry import Registry, register
+from reconcilers._base.results import PermanentError, Result, TemporaryError
+from reconcilers._authoring.reconciler import Reconciler
+from reconcilers._run.timers import timer
+from reconcilers._base.vocab import GVR, Index, Key, Owns, Watches
 
 __all__ = [
     "ApiError",

@@ -13,14 +13,17 @@ class ReconcilersConfig(AppConfig):
     def ready(self) -> None:
         """Every process sends the work queue's messages through ``broker`` (the project's
         Celery app); the Celery tasks are registered where Celery is loaded."""
-        from . import checks  # noqa: F401 (registers the system checks)
-        from . import broker, metrics, registry, resources
+        from reconcilers._queue import checks  # noqa: F401 (registers the system checks)
+        from reconcilers._queue import broker
+        from reconcilers._base import metrics
+        from reconcilers._authoring import registry
+        from reconcilers import resources
 
         resources.autodiscover()
         registry.autodiscover()
         metrics.initialise(registry.registry.names())
         broker.install()
         if "celery" in sys.modules:
-            from . import tasks
+            from reconcilers._run import tasks
 
             tasks.install()

@@ -12,7 +12,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.utils import timezone
 
-from .vocab import Key
+from reconcilers._base.vocab import Key
 
 
 class Outcome(models.TextChoices):

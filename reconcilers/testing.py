@@ -44,14 +44,14 @@ from typing import Any, Iterator
 
 from typing import TYPE_CHECKING
 
-from . import kube
-from .vocab import Key
+from reconcilers._kube import kube
+from reconcilers._base.vocab import Key
 
 if TYPE_CHECKING:
-    from .spec import Reconciler
+    from reconcilers._authoring.reconciler import Reconciler
 
-__all__ = ["OperatorProcesses", "Run", "Write", "reconcile_once", "replay_inputs",
-           "run_operator"]
+__all__ = ["OperatorProcesses", "Run", "Write", "api_get", "api_request", "apply_crd",
+           "reconcile_once", "replay_inputs", "run_operator"]
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,33 @@ class Run:
         return self.outcome in ("success", "requeue_after")
 
 
+def api_request(api, method: str, path: str, body: Any = None, **options: Any) -> Any:
+    """One call to the api-server as the operator makes it (the ``kube_api`` fixture's client):
+    the parsed JSON answer; a non-2xx answer raises, with its status and reason."""
+    return kube.request(api, method, path, body, **options)
+
+
+def api_get(api, path: str) -> dict | None:
+    """GET ``path``; ``None`` when the object does not exist."""
+    return kube.get_or_none(api, path)
+
+
+def apply_crd(api, path: Path) -> str:
+    """Server-side apply one CRD manifest file and wait until the api-server serves it."""
+    from reconcilers._authoring import crds
+
+    return crds.apply_manifest(api, path)
+
+
 def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str, *,
                    api: kube.ApiClient | None = None, attempts: int = 0) -> Run:
     """Reconcile ``namespace/name`` once with ``reconciler`` (its name or class, registered).
 
     ``attempts``: failures before this run, as the ledger would count them (the backoff of an
     error's retry grows with it)."""
-    from .conf import settings
-    from .registry import registry as default_registry
-    from .runner import attempt
+    from reconcilers._base.conf import settings
+    from reconcilers._authoring.registry import registry as default_registry
+    from reconcilers._run.runner import attempt
 
     name_of = reconciler if isinstance(reconciler, str) else reconciler.name()
     cls = default_registry.get_class(name_of)
@@ -113,7 +131,7 @@ def replay_inputs(inputs: dict) -> Run:
     """Run the current code on a recorded run's inputs (what ``manage.py replay --as-test``
     keeps in a regression test): reads answered from them, writes captured - nothing reaches
     the api-server."""
-    from .replay import replay_inputs as run_on
+    from reconcilers._run.replay import replay_inputs as run_on
 
     done = run_on(inputs)
     return Run(outcome=done.outcome, delay=None,
@@ -256,8 +274,8 @@ if pytest is not None:
     def k8s_crds(kube_api) -> list[str]:
         """The CRDs of every registered reconciler that ships one (``<app>/crds/``, what
         ``manage.py makecrds`` writes), applied once per session and Established."""
-        from .crds import apply_manifest, manifest_for
-        from .registry import autodiscover, registry
+        from reconcilers._authoring.crds import apply_manifest, manifest_for
+        from reconcilers._authoring.registry import autodiscover, registry
 
         autodiscover()
         applied = []

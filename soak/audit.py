@@ -2,7 +2,7 @@
 whether two runs of the operator ever wrote one object at once - judged from outside the
 operator's own tables.
 
-Every api-server call a run makes names the run in its User-Agent (``reconcilers.kube``:
+Every api-server call a run makes names the run in its User-Agent (``reconcilers._kube.kube``:
 ``django-crd-operator/<version> (run <identity>)``); the devstack's audit policy logs writes to
 ConfigMaps and SoakItems at Metadata level (``reconcilers/devstack/controlplane.py``). For
 each object, the successful writes of each run span from its first to its last (by the time

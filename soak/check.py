@@ -31,16 +31,16 @@ def _django():
 
 
 def _items(api, ns: str) -> list[dict]:
-    from reconcilers import kube
-    from reconcilers.vocab import GVR
+    from reconcilers._kube import kube
+    from reconcilers._base.vocab import GVR
 
     return kube.request(api, "GET", GVR("soak.operator.local", "v1", "soakitems", "SoakItem")
                         .path(ns))["items"]
 
 
 def _configmaps(api, ns: str) -> dict[str, dict]:
-    from reconcilers import kube
-    from reconcilers.vocab import GVR
+    from reconcilers._kube import kube
+    from reconcilers._base.vocab import GVR
 
     items = kube.request(api, "GET", GVR.of("v1", "ConfigMap").path(ns))["items"]
     return {cm["metadata"]["name"]: cm for cm in items}
@@ -191,7 +191,7 @@ def run(soak, settle: float) -> dict:
     _django()
     import redis
 
-    from reconcilers import kube
+    from reconcilers._kube import kube
     from reconcilers.models import ReconcileRecord
 
     api = kube.new_api_client()

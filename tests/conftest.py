@@ -5,7 +5,7 @@ Every fixture here talks to a real process started by ``make up`` (``python -m r
 - ``stack``          (session) the local stack's settings; fails with a clear message when the
                      control plane is not up (``make test`` brings it up first).
 - ``kube``           (session) a ``kubernetes.client.ApiClient`` authenticated as the admin user.
-- ``api``            a client made by the app's own door to Kubernetes (``reconcilers.kube``),
+- ``api``            a client made by the app's own door to Kubernetes (``reconcilers._kube.kube``),
                      with ``KUBECONFIG`` pointing at the stack.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
@@ -69,7 +69,7 @@ def kube(stack):
 
 @pytest.fixture
 def api(stack, monkeypatch):
-    from reconcilers import kube as door
+    from reconcilers._kube import kube as door
 
     monkeypatch.setenv("KUBECONFIG", str(stack.kubeconfig))
     client = door.new_api_client()
@@ -237,7 +237,7 @@ FAST_SETTINGS = {
 
 @pytest.fixture(scope="session")
 def probe_crds(kube):
-    from reconcilers import crds
+    from reconcilers._authoring import crds
 
     for path in sorted((REPO / "tests" / "operatorapp" / "crds").glob("*.yaml")):
         crds.apply_manifest(kube, path)

@@ -12,12 +12,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from reconcilers import cache, capabilities, ledger, runner
-from reconcilers.capabilities import evidenced_level, score
-from reconcilers.decision import Decision
-from reconcilers.vocab import Key
+from reconcilers._kube import cache
+from reconcilers._run import capabilities, runner
+from reconcilers._queue import ledger
+from reconcilers._run.capabilities import evidenced_level, score
+from reconcilers._queue.decision import Decision
+from reconcilers._base.vocab import Key
 from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
-from reconcilers.registry import registry
+from reconcilers._authoring.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,7 +207,7 @@ def test_history_changelist_queries_do_not_grow_with_rows(django_assert_max_num_
 
 
 def test_the_resync_period_is_editable_and_used(redis_client):
-    from reconcilers import resync
+    from reconcilers._queue import resync
 
     RegisteredReconciler.sync_from([registry.get_class(PROBE)])
     rec = RegisteredReconciler.objects.get(name=PROBE)

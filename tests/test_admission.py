@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from reconcilers import admission
+from reconcilers._webhooks import admission
 from reconcilers.resources import Registry, Resource, fields
 
 

@@ -1,5 +1,6 @@
-"""The layering rules of docs/architecture.md, checked on the source (imports inside functions
-and under ``TYPE_CHECKING`` included)."""
+"""The layering rules of docs/contributing/architecture.md, checked on the source (imports inside functions
+and under ``TYPE_CHECKING`` included): the wings by role, each importing only the wings below
+it; three public doors for authors; 0 import circles."""
 
 from __future__ import annotations
 
@@ -82,6 +83,80 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The top of reconcilers/, bottom to top. A wing imports only itself and the layers below it;
+# wings of one layer never import each other.
+LAYERS: list[set[str]] = [
+    {"_base", "devstack"},                      # shared words and settings; the local stack
+    {"models"},                                 # the app's tables
+    {"_kube"},                                  # the door to Kubernetes, the cache, ctx
+    {"resources"},                              # typed custom resources (a public door)
+    {"_authoring"},                             # what an author declares; manifests from it
+    {"_queue"},                                 # the work ledger and what feeds it
+    {"_watch", "_run", "_webhooks"},            # watching, running, webhooks
+    {"api", "testing", "apps", "urls", "admin", "management"},  # the faces
+    {"contrib"},                                # samples, written as a user writes them
+]
+WINGS = {"_base", "_kube", "_authoring", "_queue", "_watch", "_run", "_webhooks"}
+PUBLIC = {"api", "resources", "testing"}
+# Django finds these by name: the app config, models, admin, migrations, commands, templates and
+# the URLs a project includes.
+DJANGO = {"apps", "models", "admin", "migrations", "management", "templates", "urls"}
+TOOLS = {"devstack", "contrib"}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def _layer(room: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if room in rooms)
+
+
+def test_the_top_of_the_app_is_its_wings_its_doors_and_djangos_places():
+    entries = {p.stem if p.suffix == ".py" else p.name for p in APP.iterdir()
+               if p.name not in ("__pycache__", "__init__.py", "py.typed")}
+    assert entries == WINGS | PUBLIC | DJANGO | TOOLS
+    private = {e for e in entries if e.startswith("_")}
+    assert private == WINGS, "every wing is private by name; nothing else is"
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+    inner, _ = _imports()
+    upward = []
+    for module, deps in inner.items():
+        room = _room(module)
+        if room in ("", "migrations"):
+            continue
+        for dep in deps:
+            other = _room(dep)
+            if other in ("", room):
+                continue
+            if _layer(other) >= _layer(room):
+                upward.append(f"{module} -> {dep}")
+    assert upward == []
+
+
+def test_authors_samples_use_only_the_public_doors():
+    """The bundled operators are written as a user writes one: ``reconcilers.api`` and
+    ``reconcilers.resources``, never a wing's inside."""
+    inner, _ = _imports()
+    private = sorted(f"{m} -> {d}" for m, deps in inner.items() if _room(m) == "contrib"
+                     for d in deps if _room(d) not in ("api", "resources", "contrib"))
+    assert private == []
+
+
+def test_the_public_doors_export_only_what_they_name():
+    """``from reconcilers.api import *`` gives an author exactly its ``__all__``."""
+    import reconcilers.api as api
+    import reconcilers.resources as resources
+    import reconcilers.testing as testing
+
+    for door in (api, resources, testing):
+        assert door.__all__, door.__name__
+        missing = [n for n in door.__all__ if not hasattr(door, n)]
+        assert missing == [], door.__name__
+
+
 def test_the_app_has_no_import_cycle():
     inner, _ = _imports()
     assert _cycles(inner) == []
@@ -94,25 +169,25 @@ def test_the_app_never_imports_the_project():
 
 def test_only_the_kubernetes_door_imports_the_kubernetes_client():
     _, outer = _imports()
-    assert sorted(m for m, pkgs in outer.items() if "kubernetes" in pkgs) == ["reconcilers.kube"]
+    assert sorted(m for m, pkgs in outer.items() if "kubernetes" in pkgs) == ["reconcilers._kube.kube"]
 
 
 def test_the_shared_vocabulary_imports_nothing_of_the_app():
     inner, outer = _imports()
-    assert inner["reconcilers.vocab"] == set()
-    assert outer["reconcilers.vocab"] <= {"__future__", "dataclasses", "datetime", "typing"}
+    assert inner["reconcilers._base.vocab"] == set()
+    assert outer["reconcilers._base.vocab"] <= {"__future__", "dataclasses", "datetime", "typing"}
 
 
 def test_only_the_work_queue_drives_the_ledger():
     inner, _ = _imports()
-    assert sorted(m for m, deps in inner.items() if "reconcilers.ledger" in deps) == [
-        "reconcilers.workqueue"]
+    assert sorted(m for m, deps in inner.items() if "reconcilers._queue.ledger" in deps) == [
+        "reconcilers._queue.workqueue"]
 
 
 def test_the_runner_has_no_celery():
     _, outer = _imports()
-    assert "celery" not in outer["reconcilers.runner"]
-    assert "celery" not in outer["reconcilers.workqueue"]
+    assert "celery" not in outer["reconcilers._run.runner"]
+    assert "celery" not in outer["reconcilers._queue.workqueue"]
 
 
 def test_only_the_celery_side_imports_celery():
@@ -120,17 +195,17 @@ def test_only_the_celery_side_imports_celery():
     that pings workers: the engine's core never depends on Celery."""
     _, outer = _imports()
     assert sorted(m for m, pkgs in outer.items() if pkgs & {"celery", "kombu"}) == [
-        "reconcilers.broker", "reconcilers.health", "reconcilers.tasks"]
+        "reconcilers._queue.broker", "reconcilers._run.tasks", "reconcilers._watch.health"]
 
 
 def test_only_the_metrics_module_imports_prometheus_client():
     """It must settle the multiprocess directory before prometheus_client is first imported."""
     _, outer = _imports()
     assert sorted(m for m, pkgs in outer.items() if "prometheus_client" in pkgs) == [
-        "reconcilers.metrics"]
+        "reconcilers._base.metrics"]
     inner, _ = _imports()
-    assert inner["reconcilers.metrics"] == set()
-    assert inner["reconcilers.probes"] <= {"reconcilers.metrics"}
+    assert inner["reconcilers._base.metrics"] == set()
+    assert inner["reconcilers._base.probes"] <= {"reconcilers._base.metrics"}
 
 
 def test_the_local_stack_needs_only_the_standard_library():

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from reconcilers import broker, workqueue
-from reconcilers.conf import RunLimits
-from reconcilers.registry import registry
-from reconcilers.vocab import Key
+from reconcilers._queue import broker, workqueue
+from reconcilers._base.conf import RunLimits
+from reconcilers._authoring.registry import registry
+from reconcilers._base.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +109,7 @@ def test_without_a_celery_app_the_work_queue_refuses_to_send(monkeypatch):
     fallback: refused at start with what to do."""
     from celery import _state
 
-    from reconcilers.checks import check_broker
+    from reconcilers._queue.checks import check_broker
 
     assert check_broker(None) == []
     monkeypatch.setattr(_state._tls, "current_app", None)

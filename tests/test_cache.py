@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reconcilers import cache
-from reconcilers.vocab import GVR
+from reconcilers._kube import cache
+from reconcilers._base.vocab import GVR
 from tests.helpers import in_threads, made_together
 
 SECRETS = GVR.of("v1", "Secret")

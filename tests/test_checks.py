@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconcilers.checks import check_retry_delays
+from reconcilers._queue.checks import check_retry_delays
 
 
 def test_a_countdown_longer_than_the_visibility_timeout_is_an_error(settings):
@@ -18,8 +18,8 @@ def test_default_delays_pass(settings):
 
 def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settings,
                                                                            monkeypatch):
-    from reconcilers import checks
-    from reconcilers.checks import check_services
+    from reconcilers._queue import checks
+    from reconcilers._queue.checks import check_services
 
     assert check_services(None) == []
     del settings.REDIS_URL
@@ -28,9 +28,9 @@ def test_a_project_without_redis_or_postgresql_is_told_what_the_app_needs(settin
 
 
 def test_a_debounce_that_is_not_a_usable_delay_is_an_error(monkeypatch):
-    from reconcilers import checks
-    from reconcilers.checks import check_reconcilers
-    from reconcilers.spec import Reconciler
+    from reconcilers._queue import checks
+    from reconcilers._queue.checks import check_reconcilers
+    from reconcilers._authoring.reconciler import Reconciler
 
     class Gathering(Reconciler):
         group, version, kind = "example.com", "v1", "Thing"
@@ -69,8 +69,8 @@ def test_the_watcher_refuses_to_start_on_a_failed_check():
 
 
 def test_a_rate_limit_that_is_not_a_celery_rate_is_refused(monkeypatch):
-    from reconcilers.checks import check_reconcilers
-    from reconcilers.registry import registry
+    from reconcilers._queue.checks import check_reconcilers
+    from reconcilers._authoring.registry import registry
 
     cls = next(iter(registry))
     assert check_reconcilers(None) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers.conf import Settings, settings
+from reconcilers._base.conf import Settings, settings
 
 
 def test_defaults_are_typed_and_documented():
@@ -17,7 +17,7 @@ def test_defaults_are_typed_and_documented():
 
 def test_a_django_setting_wins_and_a_change_is_seen(settings):
     settings.RECONCILERS_BACKOFF_MAX = 30
-    from reconcilers.conf import settings as read
+    from reconcilers._base.conf import settings as read
 
     assert read().backoff_max == 30.0
 

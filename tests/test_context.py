@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from reconcilers import ledger, runner
-from reconcilers.vocab import Key
+from reconcilers._queue import ledger
+from reconcilers._run import runner
+from reconcilers._base.vocab import Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord
 

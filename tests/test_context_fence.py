@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from reconcilers import kube
-from reconcilers.context import Context
-from reconcilers.vocab import GVR, Key
+from reconcilers._kube import kube
+from reconcilers._kube.context import Context
+from reconcilers._base.vocab import GVR, Key
 from tests.test_context import probe  # noqa: F401 - the fixture
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
@@ -105,7 +105,7 @@ def test_an_unfenced_context_writes_as_before(api, namespace):
 def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(api, probe, namespace, redis_client,
                                                           monkeypatch):
     from reconcilers.api import Reconciler, Registry, register
-    from reconcilers.conf import RunLimits
+    from reconcilers._base.conf import RunLimits
     from tests.test_context import GROUP, VERSION, run_once
 
     sent = []

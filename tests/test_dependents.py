@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from reconcilers.dependents import workflow
+from reconcilers._authoring.dependents import workflow
 from reconcilers.api import Dependent, Owns, Reconciler, Result, Workflow
-from reconcilers.dependents import (ABSENT, DELETING, LABEL, PENDING, READY, WAITING, order)
+from reconcilers._authoring.dependents import (ABSENT, DELETING, LABEL, PENDING, READY, WAITING,
+                                               order)
 
 
 def cm(name: str):

@@ -119,7 +119,7 @@ def test_the_image_build_context_leaves_out_cluster_credentials_and_secrets():
                  "deploy/kubeconfig",
                  ".env", ".env.production", "tests/settings.py", ".local/kubeconfig"):
         assert ignored(path), path
-    for path in ("manage.py", "reconcilers/runner.py", "requirements.lock"):
+    for path in ("manage.py", "reconcilers/_run/runner.py", "requirements.lock"):
         assert not ignored(path), path
 
 
@@ -140,7 +140,7 @@ def test_the_readmes_production_settings_leave_only_the_opt_in_hsts_warnings():
 
 def test_operator_apps_are_installed_from_the_environment():
     """How the image and compose take a user's apps without editing the project's files."""
-    script = ("import django; django.setup(); from reconcilers.registry import registry; "
+    script = ("import django; django.setup(); from reconcilers._authoring.registry import registry; "
               "print(sorted(registry.names()))")
     env = production_env(OPERATOR_APPS="tests.operatorapp")
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
@@ -176,7 +176,7 @@ def test_a_process_that_serves_no_pages_may_leave_the_web_apps_out():
     are left out, and the operator's apps still load."""
     env = production_env(OPERATOR_SERVES_PAGES="0", OPERATOR_APPS="tests.operatorapp")
     assert _web_apps_installed(env, "watch") == "[]"
-    script = ("import django; django.setup(); from reconcilers.registry import registry; "
+    script = ("import django; django.setup(); from reconcilers._authoring.registry import registry; "
               "print(sorted(registry.names()))")
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=120)

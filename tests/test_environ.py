@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers.environ import env_bool, load_env_file, parse_database_url
+from reconcilers._base.environ import env_bool, load_env_file, parse_database_url
 
 
 def test_database_url_becomes_a_postgresql_database_entry():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconcilers import events, kube
-from reconcilers.vocab import GVR
+from reconcilers._kube import events, kube
+from reconcilers._base.vocab import GVR
 
 
 @pytest.fixture

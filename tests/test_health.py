@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from reconcilers import health, probes
+from reconcilers._watch import health
+from reconcilers._base import probes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -137,7 +138,7 @@ def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_ti
 
     from django.db import connections
 
-    from reconcilers import health
+    from reconcilers._watch import health
 
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))

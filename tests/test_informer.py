@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from reconcilers import kube
-from reconcilers.context import Context
-from reconcilers.reflector import Reflector
-from reconcilers.vocab import GVR, Index, Key
+from reconcilers._kube import kube
+from reconcilers._kube.context import Context
+from reconcilers._watch.reflector import Reflector
+from reconcilers._base.vocab import GVR, Index, Key
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 COLOR = Index("v1", "ConfigMap", "color", lambda cm: [(cm.get("data") or {}).get("color")])
@@ -131,7 +131,7 @@ def test_an_index_the_reconciler_did_not_declare_is_a_clear_error(api, namespace
 
 
 def test_a_watched_resource_is_granted_read_only_in_the_generated_role():
-    from reconcilers import rbac
+    from reconcilers._authoring import rbac
     from tests.operatorapp.reconcilers import ConfiguredProbeReconciler
 
     rules = [r for r in rbac.rules_for([ConfiguredProbeReconciler])
@@ -140,8 +140,8 @@ def test_a_watched_resource_is_granted_read_only_in_the_generated_role():
 
 
 def test_an_index_over_a_resource_nobody_watches_stops_the_watcher_at_start():
-    from reconcilers.spec import Reconciler
-    from reconcilers.watch import Enqueuer, build_streams
+    from reconcilers._authoring.reconciler import Reconciler
+    from reconcilers._watch.watcher import Enqueuer, build_streams
 
     class Careless(Reconciler):
         group, version, kind = "test.operator.local", "v1", "Probe"
@@ -153,8 +153,8 @@ def test_an_index_over_a_resource_nobody_watches_stops_the_watcher_at_start():
 
 
 def test_one_stream_per_resource_keeps_the_indexes_and_routes_watched_changes():
-    from reconcilers.handlers import WATCHED
-    from reconcilers.watch import Enqueuer, build_streams
+    from reconcilers._watch.handlers import WATCHED
+    from reconcilers._watch.watcher import Enqueuer, build_streams
     from tests.operatorapp.reconcilers import ConfiguredProbeReconciler
 
     stop = threading.Event()
@@ -171,13 +171,13 @@ def test_one_stream_per_resource_keeps_the_indexes_and_routes_watched_changes():
 
 
 def _cached_names(namespace) -> list[str]:
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     return sorted(o["metadata"]["name"] for o in cache.objects(CONFIGMAPS, namespace).values())
 
 
 def test_a_selector_scoped_cache_holds_only_what_it_selects(api, namespace, redis_client):
-    from reconcilers.vocab import CacheScope
+    from reconcilers._base.vocab import CacheScope
 
     _cm(api, namespace, "ours", "red", tier="db")
     _cm(api, namespace, "theirs", "red", tier="web")
@@ -212,8 +212,8 @@ def test_a_selector_scoped_cache_holds_only_what_it_selects(api, namespace, redi
 
 def test_a_metadata_only_cache_holds_metadata_and_reads_get_the_whole_object(api, namespace,
                                                                            redis_client):
-    from reconcilers import cache
-    from reconcilers.vocab import CacheScope
+    from reconcilers._kube import cache
+    from reconcilers._base.vocab import CacheScope
 
     _cm(api, namespace, "big", "red")
     scope = CacheScope(metadata_only=True)
@@ -228,9 +228,9 @@ def test_a_metadata_only_cache_holds_metadata_and_reads_get_the_whole_object(api
 
 
 def test_two_reconcilers_caching_one_resource_differently_is_an_error_at_start():
-    from reconcilers.spec import Reconciler
-    from reconcilers.vocab import Owns
-    from reconcilers.watch import Enqueuer, build_streams
+    from reconcilers._authoring.reconciler import Reconciler
+    from reconcilers._base.vocab import Owns
+    from reconcilers._watch.watcher import Enqueuer, build_streams
 
     class A(Reconciler):
         group, version, kind = "a.example.com", "v1", "Thing"
@@ -248,7 +248,7 @@ def test_two_reconcilers_caching_one_resource_differently_is_an_error_at_start()
 def test_an_all_namespaces_stream_rebuilds_only_its_own_index_sets(api, namespace, redis_client):
     """Two watchers sharing Redis, one for every namespace and one for a single namespace:
     the first one's relist must not drop the second one's index sets."""
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     _cm(api, namespace, "kept", "red")
     Reflector(CONFIGMAPS, namespace, lambda *a: None, threading.Event(),

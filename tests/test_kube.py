@@ -15,8 +15,8 @@ import time
 import pytest
 import urllib3
 
-from reconcilers import kube
-from reconcilers.vocab import GVR
+from reconcilers._kube import kube
+from reconcilers._base.vocab import GVR
 from tests.helpers import Relay, in_threads, made_together, wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")

@@ -7,8 +7,9 @@ import threading
 import time
 from datetime import timedelta
 
-from reconcilers import kube, leader
-from reconcilers.vocab import rfc3339, utcnow
+from reconcilers._kube import kube
+from reconcilers._watch import leader
+from reconcilers._base.vocab import rfc3339, utcnow
 
 
 def elector(api, namespace, identity, lease=3.0):
@@ -292,7 +293,7 @@ def test_the_leader_steps_down_at_its_renew_deadline_while_a_renewal_still_hangs
 
 
 def fenced(api, namespace, identity, clock=time.monotonic):
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     return leader.LeaderElector(
         identity, namespace, "lease", lease_seconds=3.0, api=api, clock=clock,
@@ -309,7 +310,7 @@ class Clock:
 
 def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
         api, namespace, redis_client):
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -328,7 +329,7 @@ def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
 def test_a_lease_made_again_continues_its_terms_above_the_fence(api, namespace, redis_client):
     """A deleted Lease comes back with leaseTransitions 0: the fence (1) would refuse every
     write of its new holder for ever, so the holder moves the term above it."""
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -352,7 +353,7 @@ def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, r
     """The predecessor's renewal landed, then it paused before raising the fence; meanwhile a
     successor took the Lease (term 1). Waking, it finds the fence above its term - as after a
     Lease made again - but its move is conditional on the Lease it wrote: 409, not leading."""
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -385,7 +386,7 @@ def test_a_black_holed_redis_does_not_hold_the_round_that_takes_the_lease(api, n
     the fence once Redis answers), instead of timing out after 10 s, past its deadline."""
     import socket
 
-    from reconcilers import cache
+    from reconcilers._kube import cache
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))

@@ -13,10 +13,10 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from reconcilers import ledger
-from reconcilers.conf import Backoff
-from reconcilers.decision import Decision
-from reconcilers.vocab import Key
+from reconcilers._queue import ledger
+from reconcilers._base.conf import Backoff
+from reconcilers._queue.decision import Decision
+from reconcilers._base.vocab import Key
 from reconcilers.models import WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -213,7 +213,7 @@ def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
 def _row(claim: ledger.Claim, decision: Decision) -> ledger.Row:
     from datetime import datetime, timezone
 
-    from reconcilers import history
+    from reconcilers._run import history
 
     facts = history.RunFacts(started=datetime.now(timezone.utc), duration=0.01, worker="w",
                              task_id=f"{claim.key}#{claim.token}", obj=None, phase="reconcile")

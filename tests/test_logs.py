@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from reconcilers import logs
+from reconcilers._base import logs
 
 
 def _logger() -> tuple[logging.Logger, io.StringIO]:
@@ -68,7 +68,7 @@ def test_the_formatter_takes_the_librarys_options_in_logging_config():
     import logging.config
 
     formatter = logging.config.DictConfigurator({}).configure_formatter(
-        {"()": "reconcilers.logs.JsonFormatter", "static_fields": {"service": "operator"}})
+        {"()": "reconcilers._base.logs.JsonFormatter", "static_fields": {"service": "operator"}})
     logger, out = _logger()
     logger.handlers[0].setFormatter(formatter)
     logger.error("x")

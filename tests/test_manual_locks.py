@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from reconcilers import ledger, manual
-from reconcilers.vocab import Key
+from reconcilers._queue import ledger, manual
+from reconcilers._base.vocab import Key
 
 from .test_ledger import _race
 

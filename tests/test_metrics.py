@@ -10,7 +10,7 @@ from tests.helpers import REPO
 
 SCRIPT = """
 import os, sys
-from reconcilers import metrics
+from reconcilers._base import metrics
 metrics.observe_run("things.example.com", "permanent", 0.02, retry=False)
 body = metrics.exposition()[0].decode()
 print(metrics.DIRECTORY)
@@ -31,7 +31,7 @@ def _run(env: dict, *args: str) -> list[str]:
 
 
 def test_a_program_counts_into_a_directory_of_its_own_and_removes_it_at_exit():
-    child = "from reconcilers import metrics; print(metrics.DIRECTORY)"
+    child = "from reconcilers._base import metrics; print(metrics.DIRECTORY)"
     env = {k: v for k, v in os.environ.items() if "METRICS" not in k and "MULTIPROC" not in k}
     directory, counted, child_directory, _ = _run(env, child)
     assert counted.startswith("True")
@@ -43,7 +43,7 @@ def test_a_program_counts_into_a_directory_of_its_own_and_removes_it_at_exit():
 def test_a_deployers_directory_is_shared_and_kept(tmp_path):
     shared = tmp_path / "metrics"
     env = {"PROMETHEUS_MULTIPROC_DIR": str(shared), "OPERATOR_METRICS_MADE_DIR": ""}
-    child = "from reconcilers import metrics; print(metrics.DIRECTORY)"
+    child = "from reconcilers._base import metrics; print(metrics.DIRECTORY)"
     directory, counted, child_directory, _ = _run(env, child)
     assert directory == child_directory == str(shared) and counted.startswith("True")
     assert any(p.name.startswith("counter_") for p in shared.iterdir())
@@ -57,7 +57,7 @@ def test_metrics_can_be_turned_off():
 FRESH = """
 import json
 from prometheus_client.parser import text_string_to_metric_families
-from reconcilers import metrics
+from reconcilers._base import metrics
 metrics.initialise(["a.example.com", "b.example.com"])
 metrics.observe_run("b.example.com", "gone", 0.01, retry=False)
 metrics.observe_run("b.example.com", "skipped", 0.01, retry=False)

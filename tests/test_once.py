@@ -1,4 +1,4 @@
-"""``reconcilers.once``: what a process makes once, for every thread and across a fork."""
+"""``reconcilers._base.once``: what a process makes once, for every thread and across a fork."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 
-from reconcilers.once import per_process
+from reconcilers._base.once import per_process
 
 
 def test_a_child_forked_while_another_thread_is_making_one_makes_its_own():

@@ -6,8 +6,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from reconcilers import onstart
-from reconcilers.registry import registry
+from reconcilers._watch import onstart
+from reconcilers._authoring.registry import registry
 
 PROBE = "probes.test.operator.local"
 

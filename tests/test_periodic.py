@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from reconcilers import periodic
+from reconcilers._queue import periodic
 
 
 def test_each_task_is_sent_on_its_interval_until_leading_ends(monkeypatch):

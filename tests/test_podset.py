@@ -8,11 +8,13 @@ import threading
 import pytest
 from kubernetes import client
 
-from reconcilers import crds, ledger, runner
+from reconcilers._authoring import crds
+from reconcilers._queue import ledger
+from reconcilers._run import runner
 from reconcilers.models import ReconcileRecord
-from reconcilers.reflector import Reflector
-from reconcilers.registry import registry
-from reconcilers.vocab import Key
+from reconcilers._watch.reflector import Reflector
+from reconcilers._authoring.registry import registry
+from reconcilers._base.vocab import Key
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)

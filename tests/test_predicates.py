@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconcilers import predicates
+from reconcilers._base import predicates
 
 
 def obj(generation=1, labels=None, annotations=None, deleting=False):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from reconcilers import ratelimit
+from reconcilers._queue import ratelimit
 
 
 def test_rates_read_in_celerys_notation():

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from reconcilers import tasks, workqueue
-from reconcilers.vocab import Key
+from reconcilers._run import tasks
+from reconcilers._queue import workqueue
+from reconcilers._base.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

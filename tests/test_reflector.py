@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from reconcilers import cache, kube
-from reconcilers.handlers import OWNED, Handler
-from reconcilers.reflector import Gone, Reflector
-from reconcilers.spec import Reconciler
-from reconcilers.vocab import GVR, CacheScope, Key
+from reconcilers._kube import cache, kube
+from reconcilers._watch.handlers import OWNED, Handler
+from reconcilers._watch.reflector import Gone, Reflector
+from reconcilers._authoring.reconciler import Reconciler
+from reconcilers._base.vocab import GVR, CacheScope, Key
 from tests.helpers import wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
@@ -247,7 +247,7 @@ def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namesp
                                                                      redis_client, monkeypatch):
     """No work per unchanged object on a restart: the predecessor's cache is read object by
     object as events arrive, and whole only when a relist needs it to diff against."""
-    import reconcilers.reflector as reflector_module
+    import reconcilers._watch.reflector as reflector_module
 
     monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 3600)  # this test's whole span
     cached = _resumed_after_a_predecessor(api, namespace,
@@ -293,7 +293,7 @@ def test_a_resumed_watcher_holds_every_object_once_its_first_second_is_past(
         api, namespace, redis_client, monkeypatch):
     """Off the restart's path the store is completed: a relist after Redis lost the cache
     then diffs against every object, as a watcher that listed does."""
-    import reconcilers.reflector as reflector_module
+    import reconcilers._watch.reflector as reflector_module
 
     monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 0)
     cached = _resumed_after_a_predecessor(api, namespace, [f"kept-{i}" for i in range(5)])
@@ -373,7 +373,7 @@ class Clock:
 def two_terms(api, namespace):
     """A leader (term N) that pauses past its lease, and its successor (term N+1), elected on
     a real Lease with the fence in the real Redis."""
-    from reconcilers import leader
+    from reconcilers._watch import leader
 
     lease = f"{namespace}/watcher"
 

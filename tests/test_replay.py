@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 from kubernetes import client
 
-from reconcilers import replay
+from reconcilers._run import replay
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord, RunInputs
 from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
@@ -103,7 +103,7 @@ def test_the_admin_replays_a_run_for_whoever_may_trigger_runs(kube, namespace, p
     from django.test import Client
 
     from reconcilers.models import AuditLog
-    from reconcilers.registry import registry
+    from reconcilers._authoring.registry import registry
 
     settings.RECONCILERS_RECORD_INPUTS = "failed"
     client.CustomObjectsApi(kube).create_namespaced_custom_object(

@@ -7,9 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reconcilers import cache, history, resync
+from reconcilers._kube import cache
+from reconcilers._run import history
+from reconcilers._queue import resync
 from reconcilers.models import ReconcileRecord, WorkItem
-from reconcilers.registry import registry
+from reconcilers._authoring.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +76,7 @@ def test_history_pruning_keeps_recent_rows_and_a_bounded_number_per_key():
 
 
 def test_a_failed_periodic_resync_is_retried_at_the_next_beat(redis_client, monkeypatch):
-    from reconcilers import workqueue
+    from reconcilers._queue import workqueue
 
     cache_objects("a")
     monkeypatch.setattr(resync, "period_of", lambda name: 600.0 if name == PROBE else 0)

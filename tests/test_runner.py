@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from reconcilers import ledger, runner
-from reconcilers.vocab import Key
+from reconcilers._queue import ledger
+from reconcilers._run import runner
+from reconcilers._base.vocab import Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord, WorkItem
 
@@ -126,8 +127,8 @@ def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
 
     from django.forms.models import model_to_dict
 
-    from reconcilers import history
-    from reconcilers.decision import Decision
+    from reconcilers._run import history
+    from reconcilers._queue.decision import Decision
 
     def run_once(name: str) -> tuple[ledger.Claim, Decision, history.RunFacts]:
         (d,) = ledger.enqueue([Key("probes.test.operator.local", "ns", name)], "added")
@@ -287,9 +288,9 @@ def test_a_runs_record_takes_values_as_its_columns_store_them():
     import json
     from datetime import datetime, timezone
 
-    from reconcilers import history
-    from reconcilers.decision import Decision
-    from reconcilers.workqueue import Claim
+    from reconcilers._run import history
+    from reconcilers._queue.decision import Decision
+    from reconcilers._queue.workqueue import Claim
 
     claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
                   triggers=["added"], audit_ids=[])
@@ -305,9 +306,9 @@ def test_a_generation_that_is_no_integer_is_recorded_as_none_not_a_failed_finish
     """A malformed object's status must not stop its run from being recorded."""
     from datetime import datetime, timezone
 
-    from reconcilers import history
-    from reconcilers.decision import Decision
-    from reconcilers.workqueue import Claim
+    from reconcilers._run import history
+    from reconcilers._queue.decision import Decision
+    from reconcilers._queue.workqueue import Claim
 
     claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
                   triggers=["added"], audit_ids=[])

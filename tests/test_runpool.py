@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from reconcilers import deadlines, runpool
+from reconcilers._run import deadlines
+from reconcilers._run import pool as runpool
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ def test_an_ending_run_takes_up_the_next_waiting_key_on_its_own_thread(pool, thr
     else:
         t.run()  # in this (main) thread
     assert [(i, taken) for i, taken, _ in ran] == [
-        (0, runpool.NOT_TAKEN), (1, "claimed by 0"), (2, runpool.NOT_TAKEN)]
+        (0, pool.NOT_TAKEN), (1, "claimed by 0"), (2, pool.NOT_TAKEN)]
     assert len({name for _, _, name in ran}) == 1
     assert isinstance(results[0], RuntimeError)
     assert pool.take_next() is None  # outside a run: nothing to take
@@ -150,7 +151,7 @@ def test_a_key_holding_the_gil_in_c_past_its_hard_limit_still_ends_the_process(t
 
     script = (
         "import re, time\n"
-        "from reconcilers import deadlines\n"
+        "from reconcilers._run import deadlines\n"
         "with deadlines.everywhere(), deadlines.guard('stuck', soft=0.2, hard=0.5):\n"
         "    re.match(r'(a+)+$', 'a' * 64 + 'b')\n"
         "print('survived')\n")

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from reconcilers import workqueue
+from reconcilers._queue import workqueue
 from reconcilers.models import ReconcileRecord
-from reconcilers.vocab import Key
+from reconcilers._base.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,7 +70,7 @@ def test_every_retry_is_a_new_message_with_the_id_of_its_token(operator, kube):
 
 
 def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
-    from reconcilers import tasks
+    from reconcilers._run import tasks
 
     settings.RECONCILERS_REDISPATCH_AFTER = 0.5
     keys = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(30)]
@@ -96,7 +96,8 @@ def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
 def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, settings):
     """A worker that died (or hangs) holding messages: they left the queue but no run claimed
     them, while the messages behind them still wait their turn."""
-    from reconcilers import broker, tasks
+    from reconcilers._queue import broker
+    from reconcilers._run import tasks
 
     settings.RECONCILERS_REDISPATCH_AFTER = 0.5
     taken = [Key("widgets.nowhere.example.com", "ns", f"taken{i}") for i in range(3)]
@@ -117,7 +118,7 @@ def test_one_lost_message_is_sent_again_by_the_reaper_running_in_a_worker(celery
                                                                            redis_client):
     """The reaper runs as a Celery task itself: its own message (and any other the workers
     hold at that moment) must not hide a single lost one."""
-    from reconcilers import tasks
+    from reconcilers._run import tasks
     from reconcilers.models import WorkItem
 
     key = Key("widgets.nowhere.example.com", "ns", "lost")
@@ -136,7 +137,8 @@ def test_beat_tasks_ride_out_a_database_restart(celery_worker, redis_client):
     it, the next beat task must reconnect, not fail on the dead connection for ever."""
     from django.db import connection
 
-    from reconcilers import broker, tasks
+    from reconcilers._queue import broker
+    from reconcilers._run import tasks
     from reconcilers.models import WorkItem
 
     worker = celery_worker()  # one process: every task below runs on the same connection
@@ -173,7 +175,7 @@ def test_periodic_tasks_leave_no_connection_on_a_thread_pool_workers_celery_thre
     from django.db import connection
 
     from bench.probes import established_ports
-    from reconcilers import tasks
+    from reconcilers._run import tasks
 
     worker = celery_worker(concurrency=2, pool="threads")
     sent = 0

@@ -69,7 +69,7 @@ def test_the_readmes_example_the_sample_foo_creates_its_deployment(kube, namespa
     from kubernetes import client
 
     from tests.helpers import REPO
-    from reconcilers import crds
+    from reconcilers._authoring import crds
 
     crds.apply_manifest(kube, REPO / "reconcilers/contrib/samplecontroller/crds"
                         / "foos.samplecontroller.k8s.io.yaml")

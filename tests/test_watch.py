@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
-from reconcilers import cache, watch
+from reconcilers._kube import cache
+from reconcilers._watch import watcher
 from reconcilers.models import WatchStream, WorkItem
-from reconcilers.spec import Reconciler
-from reconcilers.vocab import GVR, Owns
+from reconcilers._authoring.reconciler import Reconciler
+from reconcilers._base.vocab import GVR, Owns
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,7 +25,7 @@ class ConfigMaps(Reconciler):
 
 def test_one_stream_per_resource_and_namespace(settings):
     settings.RECONCILERS_NAMESPACES = "a, b"
-    streams = watch.build_streams([ConfigMaps], watch.Enqueuer(threading.Event()),
+    streams = watcher.build_streams([ConfigMaps], watcher.Enqueuer(threading.Event()),
                                   threading.Event())
     assert sorted((s.gvr.plural, s.namespace) for s in streams) == [
         ("configmaps", "a"), ("configmaps", "b"), ("secrets", "a"), ("secrets", "b")]
@@ -38,10 +39,10 @@ def test_streams_enqueue_keys_and_relist_after_redis_loses_the_cache(
     client.CoreV1Api(kube).create_namespaced_config_map(
         namespace, {"metadata": {"name": "cm"}})
     stop, done = threading.Event(), threading.Event()
-    enqueuer = watch.Enqueuer(stop)
+    enqueuer = watcher.Enqueuer(stop)
     enqueuer.start()
-    streams = watch.build_streams([ConfigMaps], enqueuer, stop, holder="test")
-    runner = threading.Thread(target=watch.run_streams,
+    streams = watcher.build_streams([ConfigMaps], enqueuer, stop, holder="test")
+    runner = threading.Thread(target=watcher.run_streams,
                               args=(streams, done.is_set, "test-watcher"), daemon=True)
     runner.start()
     try:
@@ -64,10 +65,10 @@ def test_streams_enqueue_keys_and_relist_after_redis_loses_the_cache(
 
 
 def test_the_enqueuer_batches_what_waits(redis_client):
-    from reconcilers.vocab import Key
+    from reconcilers._base.vocab import Key
 
     stop = threading.Event()
-    enqueuer = watch.Enqueuer(stop)
+    enqueuer = watcher.Enqueuer(stop)
     for i in range(500):
         enqueuer.put(Key("configmaps", "ns", f"cm{i}"), "added")
     enqueuer.start()
@@ -83,11 +84,11 @@ def _batches_for(window: float, prefix: str, count: int, every: float) -> int:
 
     from django.test import override_settings
 
-    from reconcilers.vocab import Key
+    from reconcilers._base.vocab import Key
 
     stop = threading.Event()
     with override_settings(RECONCILERS_ENQUEUE_WINDOW=window):
-        enqueuer = watch.Enqueuer(stop)
+        enqueuer = watcher.Enqueuer(stop)
         enqueuer.start()
         for i in range(count):
             enqueuer.put(Key("configmaps", "ns", f"{prefix}{i}"), "added")
@@ -124,14 +125,14 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
     """The watcher dies between the cache write and the ledger write; the next one recovers."""
     from kubernetes import client
 
-    from reconcilers import kube as door
+    from reconcilers._kube import kube as door
 
     settings.RECONCILERS_NAMESPACES = namespace
     api = door.new_api_client()
     client.CoreV1Api(kube).create_namespaced_config_map(namespace, {"metadata": {"name": "a"}})
 
-    doomed = watch.Enqueuer(threading.Event())  # never started: its keys die with it
-    (stream, _) = sorted(watch.build_streams([ConfigMaps], doomed, threading.Event()),
+    doomed = watcher.Enqueuer(threading.Event())  # never started: its keys die with it
+    (stream, _) = sorted(watcher.build_streams([ConfigMaps], doomed, threading.Event()),
                          key=lambda s: s.gvr.plural)
     stream.reflector.list(api, initial=True)
     assert cache.get(CONFIGMAPS, namespace, "a") is not None
@@ -139,9 +140,9 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
 
     # The next watcher: its relist finds the cache up to date, the journal does not forget.
     stop = threading.Event()
-    enqueuer = watch.Enqueuer(stop)
-    streams = watch.build_streams([ConfigMaps], enqueuer, stop)
-    assert watch.replay_journal(streams) >= 1
+    enqueuer = watcher.Enqueuer(stop)
+    streams = watcher.build_streams([ConfigMaps], enqueuer, stop)
+    assert watcher.replay_journal(streams) >= 1
     enqueuer.start()
     for s in streams:
         s.reflector.list(api, initial=True)
@@ -156,9 +157,9 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
 
 
 def test_a_stopped_enqueuer_finishes_what_is_queued_then_ends(redis_client):
-    from reconcilers.vocab import Key
+    from reconcilers._base.vocab import Key
 
-    enqueuer = watch.Enqueuer(threading.Event())
+    enqueuer = watcher.Enqueuer(threading.Event())
     for i in range(50):
         enqueuer.put(Key("configmaps", "ns", f"last{i}"), "added")
     enqueuer.stop()  # before it even started: the keys still reach the ledger
@@ -174,7 +175,7 @@ def test_the_enqueuer_opens_its_database_connection_before_the_first_keys(redis_
     opened = []
 
     def probe():
-        from reconcilers import workqueue
+        from reconcilers._queue import workqueue
 
         workqueue.connect()  # what the enqueuer's thread does first
         opened.append(connection.connection is not None)
@@ -190,8 +191,8 @@ def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
         kube, namespace, redis_client, settings, monkeypatch):
     """Only a change that may become keys needs the journal: a status write a reconciler's
     predicates ignore costs the cache write alone (no journal entry, nothing to clear)."""
-    from reconcilers import kube as door
-    from reconcilers.predicates import generation_changed
+    from reconcilers._kube import kube as door
+    from reconcilers._base.predicates import generation_changed
 
     class OnlyGenerations(Reconciler):
         version, kind = "v1", "ConfigMap"
@@ -202,8 +203,8 @@ def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
     body = {"metadata": {"name": "a", "labels": {"v": "1"}}}
     door.request(api, "POST", CONFIGMAPS.path(namespace), body)
     stop = threading.Event()
-    enqueuer = watch.Enqueuer(stop)  # never started: what it was handed stays visible
-    (stream,) = watch.build_streams([OnlyGenerations], enqueuer, stop)
+    enqueuer = watcher.Enqueuer(stop)  # never started: what it was handed stays visible
+    (stream,) = watcher.build_streams([OnlyGenerations], enqueuer, stop)
     journalled = []
     real_journal = cache.journal
 
@@ -235,10 +236,10 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
     up changes without end, and a stop releases it (the journal keeps what was not put)."""
     import time
 
-    from reconcilers.vocab import Key
+    from reconcilers._base.vocab import Key
 
     stop = threading.Event()
-    enqueuer = watch.Enqueuer(stop, backlog=3)  # never started: nothing drains it
+    enqueuer = watcher.Enqueuer(stop, backlog=3)  # never started: nothing drains it
     for i in range(3):
         enqueuer.put(Key("configmaps", "ns", f"k{i}"), "added")
     blocked = threading.Thread(target=enqueuer.put, args=(Key("configmaps", "ns", "k3"), "added"))
@@ -253,8 +254,8 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
 def test_the_heartbeat_hash_forgets_watchers_long_gone(redis_client):
     import time
 
-    redis_client.hset(watch.HEARTBEAT_KEY, "host:1:gone", time.time() - watch.HEARTBEAT_KEPT - 5)
-    redis_client.hset(watch.HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
-    watch._beats = 0
-    watch.heartbeat("host:3:me")
-    assert set(redis_client.hkeys(watch.HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}
+    redis_client.hset(watcher.HEARTBEAT_KEY, "host:1:gone", time.time() - watcher.HEARTBEAT_KEPT - 5)
+    redis_client.hset(watcher.HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
+    watcher._beats = 0
+    watcher.heartbeat("host:3:me")
+    assert set(redis_client.hkeys(watcher.HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}

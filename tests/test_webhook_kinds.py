@@ -10,7 +10,7 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers import admission, webhooks
+from reconcilers._webhooks import admission, webhooks
 from reconcilers.api import ValidationError, Webhook
 from reconcilers.resources import Registry, Resource, fields
 

@@ -8,7 +8,8 @@ import os
 import shutil
 import time
 
-from reconcilers import metrics, webhooks, webhookserver
+from reconcilers._base import metrics
+from reconcilers._webhooks import webhooks, server
 
 
 def _pair_der(context) -> bytes:
@@ -42,7 +43,7 @@ def test_a_replaced_pair_is_served_from_the_next_look_and_a_broken_one_keeps_the
     second = webhooks.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
     live = tmp_path / "live"
     shutil.copytree(tmp_path / "a", live)
-    pair = webhookserver.CertificatePair(live / "tls.crt", live / "tls.key", every=0)
+    pair = server.CertificatePair(live / "tls.crt", live / "tls.key", every=0)
     assert _pair_der(pair.context()) == _der(first.cert)
     assert pair.ready()[0] and "valid until" in pair.ready()[1]
 
@@ -62,7 +63,7 @@ def test_the_files_are_looked_at_no_more_than_every_interval(tmp_path):
     second = webhooks.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
     live = tmp_path / "live"
     shutil.copytree(tmp_path / "a", live)
-    pair = webhookserver.CertificatePair(live / "tls.crt", live / "tls.key", every=0.3)
+    pair = server.CertificatePair(live / "tls.crt", live / "tls.key", every=0.3)
     before = pair.context()
     shutil.copy(second.key, live / "tls.key")
     shutil.copy(second.cert, live / "tls.crt")
@@ -77,7 +78,7 @@ def _call(method: str, path: str, body: bytes = b"") -> tuple[str, bytes]:
     def start_response(status, headers):
         seen["status"] = status
 
-    result = webhookserver.application({
+    result = server.application({
         "REQUEST_METHOD": method, "PATH_INFO": path, "CONTENT_LENGTH": str(len(body)),
         "wsgi.input": io.BytesIO(body)}, start_response)
     data = b"".join(result)
@@ -87,14 +88,14 @@ def _call(method: str, path: str, body: bytes = b"") -> tuple[str, bytes]:
 
 
 def test_readyz_follows_the_pair_and_hook_calls_are_counted_by_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(webhookserver, "_pair", None)
+    monkeypatch.setattr(server, "_pair", None)
     assert _call("GET", "/readyz")[0].startswith("503")
     made = webhooks.ensure_certificates(tmp_path, ["127.0.0.1"])
-    monkeypatch.setattr(webhookserver, "_pair",
-                        webhookserver.CertificatePair(made.cert, made.key))
+    monkeypatch.setattr(server, "_pair",
+                        server.CertificatePair(made.cert, made.key))
     assert _call("GET", "/readyz")[0] == "200 OK"
 
-    webhookserver.count_from_zero()
+    server.count_from_zero()
     assert _call("POST", "/validate", b"{not json")[0].startswith("400")
     status, text = _call("GET", "/metrics")
     assert status == "200 OK"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from reconcilers import workqueue
-from reconcilers.decision import Decision
+from reconcilers._queue import workqueue
+from reconcilers._queue.decision import Decision
 from reconcilers.models import WorkItem
-from reconcilers.vocab import Key
+from reconcilers._base.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,7 +98,7 @@ def test_without_a_sender_sending_is_a_clear_error(monkeypatch):
 
 
 def test_the_broker_sender_is_installed_by_the_app():
-    from reconcilers import broker
+    from reconcilers._queue import broker
 
     assert workqueue._sender is broker.publish
     assert workqueue._sender_many is broker.publish_many
@@ -109,7 +109,7 @@ def test_many_messages_reach_the_broker_in_one_batch(redis_client):
     Celery message a worker would run."""
     import json
 
-    from reconcilers import broker
+    from reconcilers._queue import broker
 
     queue = broker.default_queue()
     redis_client.delete(queue)

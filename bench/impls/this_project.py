@@ -7,7 +7,7 @@ large-install layout (a process per concurrent run, a separate beat).
 Run with ``DJANGO_SETTINGS_MODULE=bench.settings`` (the project's settings plus the bench-only
 ``BenchItem`` app), against the bench's own database and Redis db number, ``DEBUG`` off and
 logging at WARNING (no per-task log lines - the peers log nothing per reconcile either).
-Everything else is the project's defaults (``reconcilers/conf.py``), listed by ``describe()``.
+Everything else is the project's defaults (``reconcilers/_base/conf.py``), listed by ``describe()``.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class ThisProject(Impl):
                 "reconciler": "predicates=[generation_changed], resync_period=0, "
                               "ctx.patch_status({'value': spec.value}) (merge patch with "
                               "resourceVersion; skipped when status already matches)",
-                "RECONCILERS_*": "defaults (reconcilers/conf.py): leader election on "
+                "RECONCILERS_*": "defaults (reconcilers/_base/conf.py): leader election on "
                                  "(Lease 'bench-<database>'), LIST page 500, enqueue "
                                  "batch 1000, lease 60 s, reaper every 10 s",
                 "database": "its own (operator_bench), CONN_MAX_AGE 60",

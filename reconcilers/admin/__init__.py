@@ -3,7 +3,7 @@
 One module per page group: ``history`` (reconcile records), ``workitems`` (the ledger, actions,
 per-object timeline), ``registered`` (reconcilers, capability levels, resync forms),
 ``streams`` (watch streams, audit log, capability levels), ``dashboard``. Admin code stays thin:
-manual actions go through ``reconcilers.manual``; nothing here calls the Kubernetes API.
+manual actions go through ``reconcilers._queue.manual``; nothing here calls the Kubernetes API.
 
 The app registers its pages on the project's admin site and leaves the site itself alone: the
 reconcilers' list links the dashboard and the resync form. A project that wants the operator

@@ -12,7 +12,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from ..conf import process_setting
+from reconcilers._base.conf import process_setting
 from ..models import Outcome, Trigger
 
 OUTCOME_COLOURS = {
@@ -127,7 +127,7 @@ class ReconcilerFilter(admin.SimpleListFilter):
     parameter_name = "reconciler"
 
     def lookups(self, request, model_admin):
-        from ..registry import registry
+        from reconcilers._authoring.registry import registry
 
         return [(n, n) for n in registry.names()]
 

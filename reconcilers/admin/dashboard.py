@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from ..conf import settings
+from reconcilers._base.conf import settings
 from ..models import Outcome, ReconcileRecord, WorkItem
 from .common import OUTCOME_COLOURS
 
@@ -100,7 +100,7 @@ def dashboard_view(admin_site):
         now = timezone.now()
         since = now - timedelta(minutes=MINUTES)
         charts, stats, queue = per_minute(since), durations(since), queues()
-        from ..registry import registry
+        from reconcilers._authoring.registry import registry
 
         names = sorted(set(registry.names()) | set(charts) | set(queue))
         rows = []

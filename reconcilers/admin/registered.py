@@ -10,10 +10,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from .. import cache, capabilities, manual, resync, validation
-from ..vocab import Key
+from reconcilers._kube import cache
+from reconcilers._run import capabilities
+from reconcilers._queue import manual, resync
+from reconcilers._authoring import validation
+from reconcilers._base.vocab import Key
 from ..models import Outcome, RegisteredReconciler, State, WorkItem
-from ..registry import NotRegistered, registry
+from reconcilers._authoring.registry import NotRegistered, registry
 from .common import client_ip, metrics_link
 from .workitems import RESYNC_PERM, require
 

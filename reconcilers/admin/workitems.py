@@ -11,10 +11,11 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import cache, manual
-from ..vocab import Key
+from reconcilers._kube import cache
+from reconcilers._queue import manual
+from reconcilers._base.vocab import Key
 from ..models import AuditLog, ReconcileRecord, State, WorkItem
-from ..registry import NotRegistered, registry
+from reconcilers._authoring.registry import NotRegistered, registry
 from .common import (ReadOnlyAdmin, ReconcilerFilter, client_ip, outcome_badge,
                      timeline_link)
 

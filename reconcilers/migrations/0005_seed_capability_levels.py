@@ -2,7 +2,7 @@
 
 from django.db import migrations
 
-from reconcilers.capability_levels import as_rows
+from reconcilers._base.capability_levels import as_rows
 
 
 def seed(apps, schema_editor):

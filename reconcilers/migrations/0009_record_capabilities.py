@@ -4,7 +4,7 @@ auto-healing rule (any successful owned-child run) is dropped."""
 
 from django.db import migrations, models
 
-from reconcilers.capability_levels import as_rows
+from reconcilers._base.capability_levels import as_rows
 
 
 def reseed(apps, schema_editor):

@@ -20,7 +20,7 @@ import copy
 import time
 from typing import Any, Iterable, Mapping
 
-from .. import kube
+from reconcilers._kube import kube
 from .base import Resource
 from .crd import crd
 
@@ -42,7 +42,7 @@ def apply_crds(resources: Iterable[type[Resource] | Mapping[str, Any]],
     """Apply the CRD of each resource class (or CRD manifest dict) and wait for
     ``Established``; return ``[(crd name, "created" | "updated" | "unchanged"), ...]``.
 
-    API errors propagate as ``reconcilers.kube.ApiError``."""
+    API errors propagate as ``reconcilers._kube.kube.ApiError``."""
     results = []
     for item in resources:
         body = dict(item) if isinstance(item, Mapping) else crd(item)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ..vocab import plural as plural_of
+from reconcilers._base.vocab import plural as plural_of
 from .fields import Field, Integer, Object, camel_case
 
 if TYPE_CHECKING:

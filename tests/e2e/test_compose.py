@@ -466,7 +466,7 @@ def test_an_image_built_from_this_one_runs_its_own_app(project_image, tmp_path):
         env = ["-e", "SECRET_KEY=derived-image-test", "-e",
                "DATABASE_URL=postgres://nobody@127.0.0.1:1/none", "-e", "REDIS_URL=redis://127.0.0.1:1/0"]
         probe = ("import django; django.setup(); "
-                 "from reconcilers.registry import autodiscover, registry; autodiscover(); "
+                 "from reconcilers._authoring.registry import autodiscover, registry; autodiscover(); "
                  "print(' '.join(registry.names()))")
         names = _run(["docker", "run", "--rm", "--network", "none", *env, derived,
                       "python", "-c", probe], 120).stdout.split()

@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 from kubernetes import client
 
-from reconcilers import kube as kube_module
+from reconcilers._kube import kube as kube_module
 from reconcilers.resources import (
     PrinterColumn, Registry, Resource, Scale, Version, apply_crds, fields,
 )
@@ -377,7 +377,7 @@ def test_the_watcher_leaves_a_converting_crd_alone_while_nobody_serves_its_webho
     why; once something accepts connections at the registered URL it does."""
     import socket
 
-    from reconcilers import crds
+    from reconcilers._authoring import crds
     from reconcilers.resources.crd import crd
 
     resource = converting(unique_group(), Registry())

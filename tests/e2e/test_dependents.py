@@ -14,7 +14,7 @@ import time
 import pytest
 from kubernetes import client
 
-from reconcilers import crds
+from reconcilers._authoring import crds
 from reconcilers.models import ReconcileRecord
 from tests.helpers import REPO, wait_for
 

@@ -450,7 +450,7 @@ def test_a_stopping_worker_is_given_longer_than_its_runs_may_take():
     up to the hard limit of the default deadline (``RECONCILERS_LEASE_SECONDS`` as deploy/
     sets it, else the default). A shorter grace period kills those runs mid-write, and their
     keys wait out the lease before the reaper retries them."""
-    from reconcilers.conf import RunLimits, Settings
+    from reconcilers._base.conf import RunLimits, Settings
 
     docs = _render()
     (config,) = [d for d in docs if d["kind"] == "ConfigMap"

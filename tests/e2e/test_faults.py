@@ -23,7 +23,7 @@ def records(name: str):
 
 
 # The prefork pool (a process per run) and the thread pool (the default layout: one process,
-# deadlines kept by reconcilers.deadlines) hold runs to the same deadline.
+# deadlines kept by reconcilers._run.deadlines) hold runs to the same deadline.
 POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
 
 

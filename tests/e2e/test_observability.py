@@ -94,7 +94,7 @@ def test_a_fresh_operator_serves_every_dashboard_series_at_zero(operator):
     """Before any event, every family kubebuilder's dashboards query has a series for every
     registered reconciler (at 0), as a controller-runtime manager's do once its controllers
     start: a rate() of a quiet controller is 0, not "no data"."""
-    from reconcilers.registry import registry
+    from reconcilers._authoring.registry import registry
 
     watcher, worker = _start(operator)
     scraped = {**_samples(watcher), **_samples(worker)}
@@ -197,7 +197,7 @@ def _the_dashboard_asks_only_for_what_is_exported(scraped: set[str]) -> None:
     from prometheus_client import Counter, Histogram
 
     from tests.helpers import REPO
-    from reconcilers import metrics
+    from reconcilers._base import metrics
 
     declared = set()
     for metric in vars(metrics).values():
@@ -274,8 +274,8 @@ def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(oper
 
 
 def test_web_serves_the_metrics_of_what_it_did(client, redis_client):
-    from reconcilers import workqueue
-    from reconcilers.vocab import Key
+    from reconcilers._queue import workqueue
+    from reconcilers._base.vocab import Key
 
     workqueue.add([Key(PROBE, "ns", "from-the-admin")], "manual")
     response = client.get("/metrics")

@@ -307,18 +307,17 @@ def _write_users_tests(project: Path) -> None:
     (tests / "test_foo.py").write_text(textwrap.dedent("""
         import time
 
-        from reconcilers import kube
-        from reconcilers.testing import reconcile_once, run_operator
+        from reconcilers.testing import api_get, api_request, reconcile_once, run_operator
 
         FOO = "foos.samplecontroller.k8s.io"
 
 
         def create_foo(api, namespace, name):
-            kube.request(api, "POST",
-                         f"/apis/samplecontroller.k8s.io/v1alpha1/namespaces/{namespace}/foos",
-                         {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
-                          "metadata": {"name": name},
-                          "spec": {"deploymentName": f"{name}-nginx", "replicas": 1}})
+            api_request(api, "POST",
+                        f"/apis/samplecontroller.k8s.io/v1alpha1/namespaces/{namespace}/foos",
+                        {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+                         "metadata": {"name": name},
+                         "spec": {"deploymentName": f"{name}-nginx", "replicas": 1}})
 
 
         def test_one_reconcile(kube_api, k8s_crds, k8s_namespace):
@@ -334,7 +333,7 @@ def _write_users_tests(project: Path) -> None:
                 create_foo(kube_api, k8s_namespace, "two")
                 path = f"/apis/apps/v1/namespaces/{k8s_namespace}/deployments/two-nginx"
                 deadline = time.monotonic() + 60
-                while kube.get_or_none(kube_api, path) is None:
+                while api_get(kube_api, path) is None:
                     assert time.monotonic() < deadline, "never converged"
                     time.sleep(0.5)
     """))

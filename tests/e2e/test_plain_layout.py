@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from reconcilers import kube as door
+from reconcilers._kube import kube as door
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -16,8 +16,8 @@ import yaml
 from django.core.management import call_command
 from kubernetes import client, config
 
-from reconcilers import rbac
-from reconcilers.registry import registry
+from reconcilers._authoring import rbac
+from reconcilers._authoring.registry import registry
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -280,8 +280,8 @@ def test_the_namespaced_roles_allow_what_the_operator_does_and_nothing_outside(
 
 
 def test_cluster_scoped_needs_go_in_the_cluster_role_and_the_rest_in_each_role(settings):
-    from reconcilers.spec import Reconciler
-    from reconcilers.vocab import Owns, Watches
+    from reconcilers._authoring.reconciler import Reconciler
+    from reconcilers._base.vocab import Owns, Watches
 
     settings.RECONCILERS_LEASE_NAMESPACE = "ops"
 

@@ -8,9 +8,10 @@ import uuid
 import pytest
 from kubernetes import client
 
-from reconcilers import cache, scopes
+from reconcilers._kube import cache
+from reconcilers._watch import scopes
 from reconcilers.models import ReconcileRecord, WorkItem
-from reconcilers.registry import registry
+from reconcilers._authoring.registry import registry
 from tests.e2e.test_engine import PROBE, converged, create
 from tests.helpers import wait_for
 
@@ -79,8 +80,8 @@ def test_a_redis_that_lost_the_scopes_forgets_nothing(redis_client):
     """Two deployments run one reconciler on different namespaces. Redis restarts empty and
     only one of them starts again: the other's keys are not forgotten, since no deployment
     dropped them - only an announced change of a deployment's own scope forgets."""
-    from reconcilers import workqueue
-    from reconcilers.vocab import Key
+    from reconcilers._queue import workqueue
+    from reconcilers._base.vocab import Key
 
     scopes.announce("deployment-a", {"widgets.example.com": ["ns-a"]})
     scopes.announce("deployment-b", {"widgets.example.com": ["ns-b"]})

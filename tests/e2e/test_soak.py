@@ -139,7 +139,7 @@ def test_the_measured_section_is_written_from_the_report_and_says_what_was_not_c
 
 
 def test_every_api_server_call_of_a_run_names_the_run():
-    from reconcilers import kube
+    from reconcilers._kube import kube
 
     assert "(run" not in kube.user_agent()
     with kube.acting_for_run("12-abcdef01"):

@@ -1,5 +1,5 @@
 """An upgrade reaches every object: a new leader reconciles what it knows when the code or the
-settings changed since the last leader's pass (``reconcilers.onstart``)."""
+settings changed since the last leader's pass (``reconcilers._watch.onstart``)."""
 
 from __future__ import annotations
 

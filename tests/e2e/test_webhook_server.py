@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from reconcilers import webhooks as webhook_certs
+from reconcilers._webhooks import webhooks as webhook_certs
 from tests.e2e.test_webhooks import _create, _until_registered, foo, served
 from tests.helpers import wait_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from reconcilers import crds
+from reconcilers._authoring import crds
 from reconcilers.models import WebhookCall
 from tests.helpers import REPO, wait_for
 
@@ -85,7 +85,8 @@ class Webhooks:
         """Admission only by default; ``only=None`` points the Gauge CRD's conversion here
         too, handed back to its previous server at the end of the test."""
         if only != "admission" and self.previous is None:
-            from reconcilers import kube, webhooks
+            from reconcilers._kube import kube
+            from reconcilers._webhooks import webhooks
             self.previous = webhooks.conversion_configs(kube.api_client(), CONVERTING)
         self.manage("register", "--url", f"https://127.0.0.1:{self.port}",
                     "--ca", str(ca or self.dir / "ca.crt"), "--name", self.name,
@@ -95,7 +96,8 @@ class Webhooks:
 
     def hand_back(self) -> None:
         if self.previous:
-            from reconcilers import kube, webhooks
+            from reconcilers._kube import kube
+            from reconcilers._webhooks import webhooks
             webhooks.restore_conversions(kube.api_client(), self.previous,
                                          f"https://127.0.0.1:{self.port}")
 

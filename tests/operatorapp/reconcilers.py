@@ -32,7 +32,7 @@ from reconcilers.api import (
     register,
     timer,
 )
-from reconcilers.cache import get_redis
+from reconcilers._kube.cache import get_redis
 
 
 def _count(obj: dict, what: str) -> int:

@@ -5,7 +5,7 @@ PUBLISHED = "routed:published:"  # + the queue: how many reconcile messages went
 
 def count(sender: str | None = None, routing_key: str | None = None, **_) -> None:
     if sender and sender.startswith("reconcile:"):
-        from reconcilers.cache import get_redis
+        from reconcilers._kube.cache import get_redis
 
         get_redis().incr(f"{PUBLISHED}{routing_key}")
 

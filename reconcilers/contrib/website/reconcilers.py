@@ -1,4 +1,4 @@
-"""A Website as three dependent resources, in order (``reconcilers.dependents``):
+"""A Website as three dependent resources, in order (``reconcilers._authoring.dependents``):
 
     content (ConfigMap)  ->  server (Deployment, ready when available)  ->  service (Service)
 

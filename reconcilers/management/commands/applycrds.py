@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import kube
+from reconcilers._kube import kube
 from reconcilers.resources import NotEstablished, apply_crds, autodiscover, default_registry
 
 

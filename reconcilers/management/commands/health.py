@@ -3,15 +3,15 @@
 ``health web``: GET /healthz of the local gunicorn (``WEB_BIND``, default 127.0.0.1:8000).
 ``health worker``: a Celery control ping to this container's worker node (``--node`` to name it).
 ``health watcher``: the watcher's heartbeat in Redis is fresh (``--pid`` to name the process).
-Used by docker-compose.yml's healthchecks; the checks themselves live in reconcilers.health.
+Used by docker-compose.yml's healthchecks; the checks themselves live in reconcilers._watch.health.
 """
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import health
-from reconcilers.conf import process_setting
+from reconcilers._watch import health
+from reconcilers._base.conf import process_setting
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import history
-from reconcilers.vocab import Key, split_object_path
+from reconcilers._run import history
+from reconcilers._base.vocab import Key, split_object_path
 
 
 class Command(BaseCommand):

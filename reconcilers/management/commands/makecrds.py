@@ -14,8 +14,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import webhooks
-from reconcilers.conf import settings
+from reconcilers._webhooks import webhooks
+from reconcilers._base.conf import settings
 from reconcilers.resources import autodiscover, default_registry
 from reconcilers.resources.manifests import CURRENT, Manifest, plan_manifests, write_manifests
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import yaml
 from django.core.management.base import BaseCommand
 
-from reconcilers import rbac
-from reconcilers.conf import settings
-from reconcilers.registry import registry
+from reconcilers._authoring import rbac
+from reconcilers._base.conf import settings
+from reconcilers._authoring.registry import registry
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import replay
+from reconcilers._run import replay
 
 
 class Command(BaseCommand):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import resync, validation
-from reconcilers.registry import registry
+from reconcilers._queue import resync
+from reconcilers._authoring import validation
+from reconcilers._authoring.registry import registry
 
 
 class Command(BaseCommand):

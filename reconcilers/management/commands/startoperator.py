@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import rbac
+from reconcilers._authoring import rbac
 from reconcilers.resources.crd import render
-from reconcilers.vocab import plural
+from reconcilers._base.vocab import plural
 
 FILES = {
     "__init__.py": "",
@@ -86,18 +86,18 @@ class {Kind}Reconciler(Reconciler):
 
 from pathlib import Path
 
-from reconcilers import crds, kube
-from reconcilers.testing import k8s_namespace, kube_api, reconcile_once  # noqa: F401 (fixtures)
+from reconcilers.testing import (api_request, apply_crd, k8s_namespace,  # noqa: F401 (fixtures)
+                                 kube_api, reconcile_once)
 
 CRD = Path(__file__).resolve().parent.parent / "crds" / "{plural}.{group}.yaml"
 
 
 def test_a_{kind}_is_reconciled_and_reports_ready(kube_api, k8s_namespace):  # noqa: F811
-    crds.apply_manifest(kube_api, CRD)
+    apply_crd(kube_api, CRD)
     collection = f"/apis/{group}/{version}/namespaces/{{k8s_namespace}}/{plural}"
-    kube.request(kube_api, "POST", collection,
-                 {{"apiVersion": "{group}/{version}", "kind": "{Kind}",
-                  "metadata": {{"name": "example"}}, "spec": {{"message": "hello"}}}})
+    api_request(kube_api, "POST", collection,
+                {{"apiVersion": "{group}/{version}", "kind": "{Kind}",
+                 "metadata": {{"name": "example"}}, "spec": {{"message": "hello"}}}})
 
     run = reconcile_once("{plural}.{group}", k8s_namespace, "example")
 

@@ -14,12 +14,16 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from reconcilers import (broker, cache, checks, crds, leader, onstart, periodic, probes,
-                         scopes, timers, watch, workqueue)
-from reconcilers.conf import process_setting, settings
+from reconcilers._queue import broker, checks, periodic, workqueue
+from reconcilers._kube import cache
+from reconcilers._authoring import crds
+from reconcilers._watch import leader, onstart, scopes, watcher
+from reconcilers._base import probes
+from reconcilers._run import timers
+from reconcilers._base.conf import process_setting, settings
 from reconcilers.models import RegisteredReconciler
-from reconcilers.registry import registry
-from reconcilers.runner import worker_identity
+from reconcilers._authoring.registry import registry
+from reconcilers._run.runner import worker_identity
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         # Unique per process even where containers share a host name and pid numbers.
         identity = f"{worker_identity()}:{uuid.uuid4().hex[:8]}"
-        health = watch.Health()
+        health = watcher.Health()
         probes.serve(health.endpoint(),
                      process_setting("OPERATOR_WATCHER_HTTP_PORT", 8081))
         if not names:
@@ -70,7 +74,7 @@ class Command(BaseCommand):
             self.stderr.write("no reconcilers are registered: add an app with a reconcilers.py "
                               "to INSTALLED_APPS (or OPERATOR_SAMPLES=1); idling")
             while not stop.wait(5):
-                watch.heartbeat(identity)
+                watcher.heartbeat(identity)
                 health.tick()
             return
         classes = [registry.get_class(n) for n in names]
@@ -96,7 +100,7 @@ class Command(BaseCommand):
         self.stdout.flush()
         while not stop.is_set():
             if elector is not None and not elector.is_leader.wait(1):
-                watch.heartbeat(identity)
+                watcher.heartbeat(identity)
                 health.tick()
                 continue
             # Every cache write of this term's streams carries it: once a successor's is in
@@ -106,13 +110,13 @@ class Command(BaseCommand):
                               + (f" (term {fence.number})" if fence else ""))
             self.stdout.flush()
             term = threading.Event()
-            enqueuer = watch.Enqueuer(term)
+            enqueuer = watcher.Enqueuer(term)
             enqueuer.start()
             if conf.watcher_schedules:
                 periodic.Sender(periodic.schedule(timers.any_declared(classes)),
                                 broker.send_periodic,
                                 until=term.is_set).start()
-            streams = watch.build_streams(classes, enqueuer, term, identity, term=fence)
+            streams = watcher.build_streams(classes, enqueuer, term, identity, term=fence)
             forgetting = self._announce(classes, stop)
             self._replay(streams, stop)
             start_pass = onstart.StartPass(classes)
@@ -121,7 +125,7 @@ class Command(BaseCommand):
                 start_pass(running)
                 forgetting()
 
-            watch.run_streams(streams, until=lambda: stop.is_set() or (
+            watcher.run_streams(streams, until=lambda: stop.is_set() or (
                 elector is not None and (not elector.is_leader.is_set()
                                          or elector.term != fence.number)),
                 identity=identity, health=health, wake=stop, tick=tick)
@@ -170,7 +174,7 @@ class Command(BaseCommand):
         delay = 0.5
         while not stop.is_set():
             try:
-                replayed = watch.replay_journal(streams)
+                replayed = watcher.replay_journal(streams)
                 if replayed:
                     self.stdout.write(f"replayed {replayed} changes a previous watcher had "
                                       "not enqueued")
@@ -181,7 +185,7 @@ class Command(BaseCommand):
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _start_up(self, classes: list, stop: threading.Event, health: watch.Health) -> bool:
+    def _start_up(self, classes: list, stop: threading.Event, health: watcher.Health) -> bool:
         """Record the reconcilers and install their CRDs, retrying while PostgreSQL or the
         api-server is unreachable: a watcher restarted during an outage waits it out instead
         of exiting. False when told to stop first."""

@@ -15,7 +15,7 @@ conversion (the test suite's shared server); ``--only admission`` just the two c
 configurations as YAML instead of applying them; ``manifests`` writes ``deploy/webhook/``'s
 generated part (ServiceAccount, read-only ClusterRole, configurations for cert-manager).
 
-``serve`` runs gunicorn's threaded worker (``reconcilers.webhookserver``): ``--workers``,
+``serve`` runs gunicorn's threaded worker (``reconcilers._webhooks.server``): ``--workers``,
 ``--threads``, ``--max-connections`` (beyond: the listen ``--backlog``), ``--request-timeout``
 (a request's handshake, headers, body and answer), ``--keepalive`` (idle connections); the
 certificate files are reloaded when they change. SIGTERM stops it gracefully.
@@ -30,7 +30,8 @@ from pathlib import Path
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers import kube, webhookserver, webhooks
+from reconcilers._kube import kube
+from reconcilers._webhooks import server, webhooks
 from reconcilers.resources import autodiscover
 
 
@@ -70,7 +71,7 @@ class Command(BaseCommand):
         serve.add_argument("--register", action="store_true",
                            help="register at https://HOST:PORT while serving, delete on exit")
         self._registration_options(serve)
-        held = webhookserver.Options()
+        held = server.Options()
         serve.add_argument("--workers", type=int, default=held.workers,
                            help="worker processes (default %(default)s)")
         serve.add_argument("--threads", type=int, default=held.threads,
@@ -193,7 +194,7 @@ class Command(BaseCommand):
                 or not 0 < request_timeout:
             raise CommandError("--workers, --threads, --max-connections, --backlog, "
                                "--keepalive and --request-timeout must be positive")
-        held = webhookserver.Options(
+        held = server.Options(
             workers=workers, threads=threads, max_connections=max_connections, backlog=backlog,
             request_timeout=request_timeout, keepalive=keepalive,
             graceful_timeout=graceful_timeout)
@@ -220,7 +221,7 @@ class Command(BaseCommand):
                               f"({len(webhooks.hooked_resources())} resource(s))")
 
         try:
-            webhookserver.serve(bind, port, cert, key, options=held, ready=listening)
+            server.serve(bind, port, cert, key, options=held, ready=listening)
         finally:
             stop.set()
             if later is not None:

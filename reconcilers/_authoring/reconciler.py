@@ -1,0 +1,129 @@
+"""The ``Reconciler`` base class: what a reconciler declares, read like a ``ModelAdmin``.
+
+Subclass it, set the class attributes, implement ``reconcile(obj, ctx)`` (and optionally
+``finalize(obj, ctx)``), and register it with ``@register``. Everything the engine needs to
+know - which resource to watch, what it owns, how to retry - is read from these attributes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+from reconcilers._base.predicates import Predicate
+from reconcilers._base.vocab import GVR, CacheScope, Index, Owns, Watches, plural
+
+if TYPE_CHECKING:  # pragma: no cover
+    from reconcilers._kube.context import Context
+    from reconcilers._base.results import Result
+
+
+class Reconciler:
+    """Base class of every reconciler.
+
+    Declare either ``resource`` (a typed resource class) or ``group``/``version``/``kind``.
+
+    Attributes:
+        group, version, kind, plural, namespaced: the primary resource.
+        owns: child resources (``Owns(...)``) whose changes reconcile their controller owner.
+        watches: related resources (``Watches(..., map=func)``) whose changes reconcile the
+            objects ``func`` names.
+        indexes: named indexes (``Index(...)``) over the primary, owned or watched resources,
+            kept by the watcher in the shared cache; ``ctx.list(..., index=(name, value))``.
+        predicates: ``(old, new) -> bool`` filters for update events (see ``predicates``).
+        finalizer: the finalizer name; set automatically to ``<plural>.<group>/finalizer`` when
+            the class defines ``finalize``. Cleanup runs before the object may go away.
+        resync_period: seconds between periodic re-reconciles of every object (None: the
+            ``RECONCILERS_RESYNC_PERIOD`` default; 0: never).
+        rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
+        shared_rate_limit: the same notation, across every worker (one token bucket in Redis,
+            as client-go's per controller; ``ratelimit``).
+        queue: Celery queue of this reconciler's task (default ``celery``).
+        backoff_base, backoff_max: per-key retry backoff in seconds (default 5 ms -> 1000 s).
+        debounce: seconds to gather changes before a re-run (default 0: at once). The first
+            change of a quiet object runs at once; changes that arrive while it runs (or waits)
+            are merged into one run this long after it ends - a burst of updates costs a few
+            runs, the last one on the final generation, for that much added latency.
+        timeout: the run deadline in seconds (default ``RECONCILERS_LEASE_SECONDS``): past it
+            user code is interrupted and the run recorded as an error with backoff; a run still
+            going at the hard limit is abandoned (thread pool) or its process ended (prefork).
+        capability_level: the Operator SDK level (1-5) this operator claims.
+        metrics: names of the Prometheus metric families this operator exposes about its
+            operand or its own health (``prometheus_client`` in your app); a scrape serving
+            one is level 4's metrics evidence - the framework's own series are not.
+        rbac_rules: extra rules ``manage.py rbac`` adds (e.g. reading Secrets): in the
+            ClusterRole, or - watching some namespaces - in each one's Role (those on
+            cluster-scoped resources stay in the ClusterRole; ``rbac.CLUSTER_SCOPED``).
+    """
+
+    resource: ClassVar[Any] = None
+    group: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    plural: ClassVar[str | None] = None
+    namespaced: ClassVar[bool] = True
+    owns: ClassVar[Sequence[Owns]] = ()
+    watches: ClassVar[Sequence[Watches]] = ()
+    indexes: ClassVar[Sequence[Index]] = ()
+    predicates: ClassVar[Sequence[Predicate]] = ()
+    finalizer: ClassVar[str | None] = None
+    resync_period: ClassVar[float | None] = None
+    rate_limit: ClassVar[str | None] = None
+    shared_rate_limit: ClassVar[str | None] = None
+    queue: ClassVar[str | None] = None
+    backoff_base: ClassVar[float | None] = None
+    backoff_max: ClassVar[float | None] = None
+    timeout: ClassVar[float | None] = None
+    debounce: ClassVar[float] = 0.0
+    capability_level: ClassVar[int] = 1
+    metrics: ClassVar[Sequence[str]] = ()
+    rbac_rules: ClassVar[Sequence[dict]] = ()
+
+    def reconcile(self, obj: dict, ctx: "Context") -> "Result | None":
+        raise NotImplementedError(f"{type(self).__name__} must implement reconcile(obj, ctx)")
+
+    # ``finalize(self, obj, ctx)`` is optional; defining it turns on finalizer handling.
+
+    @classmethod
+    def primary(cls) -> GVR:
+        res = cls.resource
+        if res is not None:
+            meta = res._meta
+            return GVR(meta.group, meta.storage_version.name, meta.plural, meta.kind,
+                       meta.scope == "Namespaced")
+        if not cls.version or not cls.kind:
+            raise TypeError(f"{cls.__name__} declares neither resource nor version and kind")
+        return GVR(cls.group, cls.version, cls.plural or plural(cls.kind), cls.kind,
+                   cls.namespaced)
+
+    @classmethod
+    def watched(cls) -> dict[tuple[str, str], GVR]:
+        """Every resource the watcher caches for this reconciler, by ``(apiVersion, kind)``."""
+        out = {(w.api_version, w.kind): w.gvr() for w in cls.watches}
+        out.update({(o.api_version, o.kind): o.gvr() for o in cls.owns})
+        primary = cls.primary()
+        out[(primary.api_version, primary.kind)] = primary
+        return out
+
+    @classmethod
+    def cache_scopes(cls) -> dict[tuple[str, str], CacheScope]:
+        """What the watcher caches of each watched resource, by ``(apiVersion, kind)``; the
+        primary resource is always cached whole."""
+        out = {(d.api_version, d.kind): d.scope() for d in (*cls.watches, *cls.owns)}
+        primary = cls.primary()
+        out[(primary.api_version, primary.kind)] = CacheScope()
+        return out
+
+    @classmethod
+    def name(cls) -> str:
+        """Named like a CRD: ``<plural>.<group>`` (``<plural>`` for the core group)."""
+        gvr = cls.primary()
+        return f"{gvr.plural}.{gvr.group}" if gvr.group else gvr.plural
+
+    @classmethod
+    def finalizer_name(cls) -> str | None:
+        if cls.finalizer:
+            return cls.finalizer
+        if callable(getattr(cls, "finalize", None)):
+            gvr = cls.primary()
+            return f"{gvr.plural}.{gvr.group or 'core'}/finalizer"
+        return None

@@ -1,0 +1,100 @@
+"""System checks: catch misconfiguration at start-up, not at the first retry."""
+
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.core.checks import Error, Warning, register
+
+from reconcilers._queue import broker, ratelimit
+from reconcilers._base.conf import settings
+from reconcilers._authoring.registry import registry
+
+# The tag of these checks: what ``manage.py watch`` runs before it starts (``--tag reconcilers``).
+TAG = "reconcilers"
+
+
+@register(TAG)
+def check_retry_delays(app_configs, **kwargs):
+    errors = []
+    visibility = (getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}).get(
+        "visibility_timeout", 3600)
+    max_countdown = settings().max_countdown
+    if max_countdown >= visibility:
+        errors.append(Error(
+            f"RECONCILERS_MAX_COUNTDOWN ({max_countdown:g}s) must be shorter than the broker's "
+            f"visibility_timeout ({visibility}s)",
+            hint="Redis redelivers a message whose countdown outlives the visibility timeout, "
+                 "so it would run twice. Longer delays are kept in the ledger anyway.",
+            id="reconcilers.E001"))
+    lease = settings().lease_seconds
+    if settings().redispatch_after < 1:
+        errors.append(Error("RECONCILERS_REDISPATCH_AFTER must be at least 1 second",
+                            id="reconcilers.E002"))
+    if lease < 3:
+        errors.append(Warning(
+            f"RECONCILERS_LEASE_SECONDS={lease:g} is very short: a busy database may let leases "
+            "expire mid-run and cause needless retries", id="reconcilers.W001"))
+    return errors
+
+
+def _database_engine() -> str:
+    return django_settings.DATABASES.get("default", {}).get("ENGINE", "")
+
+
+@register(TAG)
+def check_services(app_configs, **kwargs):
+    """What the app needs of the project it is installed in."""
+    errors = []
+    if not getattr(django_settings, "REDIS_URL", ""):
+        errors.append(Error(
+            "REDIS_URL is not set", hint="The shared object cache and the watch journal live "
+            "in Redis: set REDIS_URL (for example the broker's URL, CELERY_BROKER_URL).",
+            id="reconcilers.E003"))
+    engine = _database_engine()
+    if "postgresql" not in engine:
+        errors.append(Error(
+            f"the default database is {engine or 'not set'}, not PostgreSQL",
+            hint="The work ledger relies on PostgreSQL (row locks, arrays, upserts).",
+            id="reconcilers.E004"))
+    return errors
+
+
+@register(TAG)
+def check_broker(app_configs, **kwargs):
+    """The work queue publishes through the project's Celery app (``broker``): one must be
+    loaded, or its messages would go to Celery's unconfigured fallback."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        broker.app()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="reconcilers.E005")]
+    return []
+
+
+@register(TAG)
+def check_reconcilers(app_configs, **kwargs):
+    errors = []
+    for cls in registry:
+        if not 1 <= int(cls.capability_level) <= 5:
+            errors.append(Error(
+                f"{cls.__qualname__}.capability_level must be 1-5 (the Operator SDK levels)",
+                obj=cls, id="reconcilers.E010"))
+        debounce = cls.debounce
+        if (not isinstance(debounce, (int, float)) or isinstance(debounce, bool)
+                or not 0 <= debounce <= settings().max_countdown):
+            errors.append(Error(
+                f"{cls.__qualname__}.debounce={debounce!r} must be a number of seconds from 0 "
+                f"to RECONCILERS_MAX_COUNTDOWN ({settings().max_countdown:g})",
+                obj=cls, id="reconcilers.E012"))
+        for attr in ("rate_limit", "shared_rate_limit"):
+            rate = getattr(cls, attr)
+            if rate is None:
+                continue
+            try:
+                ratelimit.per_second(rate)
+            except ValueError:
+                errors.append(Error(
+                    f"{cls.__qualname__}.{attr}={rate!r} is not a Celery rate "
+                    "(e.g. '10/s', '100/m')", obj=cls, id="reconcilers.E011"))
+    return errors

@@ -1,0 +1,99 @@
+"""What follows a run: one pure function from its result or exception to a ``Decision``.
+
+controller-runtime's ``reconcileHandler`` switch, as data: no I/O here. The one ``Decision`` is
+handed to history (what happened) and to the work queue (what happens next), so the two can
+never disagree.
+
+| run ended with                          | outcome         | attempts  | next run            |
+| --------------------------------------- | --------------- | --------- | ------------------- |
+| ``None`` / ``Result.done()``            | ``success``     | reset     | none                |
+| ``Result.after(s)``                     | ``requeue_after``| reset    | after ``s``         |
+| ``Result.again()``                      | ``requeue``     | +1        | after the backoff   |
+| ``TemporaryError(delay=s)``             | ``error``       | +1        | after ``s`` or backoff |
+| API error 401/403/408/409/429/5xx       | ``error``       | +1        | Retry-After or backoff |
+| ``PermanentError``, API error other 4xx | ``permanent``   | reset     | none (until a change) |
+| any other exception                     | ``error``       | +1        | after the backoff   |
+| object gone / deleting, not ours        | ``gone`` / ``skipped`` | reset | none          |
+
+An event that arrives during the run (the key is dirty) runs it again at once, whatever the
+decision: the ledger applies that rule.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback as tb
+from dataclasses import dataclass
+
+from reconcilers._base.conf import Backoff
+from reconcilers._kube.kube import ApiError
+from reconcilers.models import Outcome, Trigger
+from reconcilers._base.results import PermanentError, Result, TemporaryError
+
+# Longest delay a run may ask for (7 days). Past it a value is a bug (``Result.after(inf)``),
+# and PostgreSQL could not store it as an interval anyway.
+MAX_DELAY = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How a run ended and what follows it."""
+
+    outcome: str
+    attempts: int = 0  # consecutive failures after this run; 0 = forgotten (client-go Forget)
+    delay: float | None = None  # seconds until the next run; None = no follow-up of its own
+    trigger: str = ""  # why the follow-up runs: retry | requeue
+    error_class: str = ""
+    error_message: str = ""
+    traceback: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in (Outcome.SUCCESS, Outcome.REQUEUE_AFTER)
+
+
+def clamp_delay(delay: float | None, fallback: float) -> float:
+    """A usable delay: ``fallback`` for a missing, negative or NaN one, at most ``MAX_DELAY``
+    (an infinite one included)."""
+    if delay is None or math.isnan(delay) or delay < 0:
+        return fallback
+    return min(float(delay), MAX_DELAY)
+
+
+def decide(*, attempts: int, backoff: Backoff, result: Result | None = None,
+           error: BaseException | None = None, decided: str = "") -> Decision:
+    """The decision after a run that had failed ``attempts`` times in a row before it.
+
+    ``decided`` is an outcome settled before user code ran (``gone``, ``skipped``).
+    """
+    failures = attempts + 1
+    if error is not None:
+        return _after_error(error, failures, backoff)
+    if decided:
+        return Decision(decided)
+    if result is None or (not result.requeue and result.requeue_after is None):
+        return Decision(Outcome.SUCCESS)
+    if result.requeue_after is not None:
+        # Polling is not failing: reset the backoff (client-go Forget + AddAfter).
+        return Decision(Outcome.REQUEUE_AFTER, 0,
+                        clamp_delay(result.requeue_after, backoff.delay(1)), Trigger.REQUEUE)
+    return Decision(Outcome.REQUEUE, failures, backoff.delay(failures), Trigger.REQUEUE)
+
+
+def _after_error(exc: BaseException, failures: int, backoff: Backoff) -> Decision:
+    error = {
+        "error_class": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "error_message": str(exc)[:4000],
+        "traceback": "".join(tb.format_exception(exc))[-16000:],
+    }
+    if isinstance(exc, PermanentError):
+        return Decision(Outcome.PERMANENT, **error)
+    requested = None
+    if isinstance(exc, TemporaryError):
+        requested = exc.delay
+    elif isinstance(exc, ApiError):
+        if exc.permanent:
+            return Decision(Outcome.PERMANENT, **error)
+        requested = exc.retry_after
+    delay = clamp_delay(requested, backoff.delay(failures))
+    return Decision(Outcome.ERROR, failures, delay, Trigger.RETRY, **error)

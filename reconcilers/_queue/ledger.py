@@ -1,0 +1,569 @@
+"""The work ledger: client-go's WorkQueue contract, made durable in PostgreSQL.
+
+Every transition is one SQL statement on ``reconcilers_workitem``, computed with the database's
+clock, so it is atomic across every worker process and host:
+
+- ``enqueue``  idle/backoff -> queued (token+1, a message must be sent); queued: dedup, the
+               trigger is merged; running: marked dirty (re-run when it ends). Batched.
+- ``claim``    queued (or backoff that is due) -> running, only for the message whose token
+               matches: a stale or duplicate message claims nothing and is dropped.
+- ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
+               holder of the current token; with the run's history row, and with the claim of
+               the key its thread runs next (``finish_recorded_then_claim``), in one statement.
+- ``reap``     recover what a crash or a lost message left behind (beat).
+
+A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
+Sending a message twice is harmless - only one can claim. Only ``workqueue`` uses this module:
+it pairs each transition with the sending of its messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
+
+from reconcilers._base.conf import Backoff, settings
+from reconcilers._queue.decision import Decision
+from reconcilers.models import State, Trigger, WorkItem
+from reconcilers._base.vocab import Key
+
+log = logging.getLogger(__name__)
+
+TABLE = WorkItem._meta.db_table
+
+# Every statement that locks several rows locks them in this order, the key's: two statements
+# that took the same rows in two orders (enqueue by key, the reaper by id) could each hold a
+# row the other waits for, and PostgreSQL ends one of them with a deadlock error. Byte order
+# ("C"), whatever the database's collation: Python's sorted() of keys agrees with it, for
+# callers that lock in several statements of one transaction (``manual``).
+LOCK_ORDER = 'reconciler COLLATE "C", namespace COLLATE "C", name COLLATE "C"'
+
+
+class Dispatch(NamedTuple):
+    key: Key
+    token: int
+    countdown: float | None = None
+    # When the ledger dispatched it, by the database's clock (epoch seconds): the message's
+    # send time, which the reaper compares with ``dispatched_at`` - one clock on both sides.
+    at: float | None = None
+
+
+class Row(NamedTuple):
+    """A row to insert in the statement that finishes a run (its history record): the table,
+    its columns, and their values as one JSON object (read as the table's row type)."""
+
+    table: str
+    columns: Sequence[str]
+    document: str
+
+
+class LeaseLost(Exception):
+    """This run's hold on its key has run out: it must not act on the cluster any more.
+
+    ``next_claim``: the run the statement that found this also claimed, if it claimed one."""
+
+    def __init__(self, message: str, next_claim: Claim | None = None) -> None:
+        super().__init__(message)
+        self.next_claim = next_claim
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run's hold on its key: valid while ``token`` is current and the lease holds."""
+
+    id: int
+    key: Key
+    token: int
+    attempts: int
+    triggers: list[str]
+    audit_ids: list[int]
+    waited: float = 0.0  # seconds from ready (enqueued, or due after a backoff) to claimed
+    # Local monotonic time (it keeps counting while the process is stopped) a second before
+    # the lease ends in the database: past it the reaper may already have given the key to
+    # another run, so this one must stop writing.
+    held_until: float = math.inf
+    # Set when the run is abandoned past its hard limit (``runner``): its record is written
+    # and its key released for a retry, so whatever the stuck thread does next must not write.
+    released: threading.Event = field(default_factory=threading.Event, compare=False,
+                                      repr=False)
+
+    def check_held(self) -> None:
+        """Raise ``LeaseLost`` once the lease may have passed (a fence before every write)."""
+        if self.released.is_set():
+            raise LeaseLost(f"{self.key}: the run was abandoned past its deadline and its key "
+                            "released, so it stops here")
+        if time.monotonic() >= self.held_until:
+            raise LeaseLost(f"{self.key}: the run outlived its lease; its key may be running "
+                            "elsewhere, so it stops here")
+
+
+class _PreparedCursor(ServerBindingCursor):
+    """Server-side binding, each statement prepared on first use: the ledger's few statements
+    run for every key, and planning them (CTEs, CASEs) costs PostgreSQL more than running
+    them, while client-side binding escapes every value in Python."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+_ONLY_WHEN_ASKED = 2**31 - 1  # a prepare threshold no other statement reaches
+
+
+def _cursor():
+    """A cursor for the ledger's statements (``RECONCILERS_PREPARED_STATEMENTS``), wrapped as
+    Django wraps its own, so query capture, execute wrappers and error translation apply."""
+    if not settings().prepared_statements:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:  # Django's default turns preparing off altogether;
+        raw.prepare_threshold = _ONLY_WHEN_ASKED  # now only the ledger's are prepared
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(_PreparedCursor(raw))
+
+
+def _fetch(cursor) -> list[tuple]:
+    return cursor.fetchall() if cursor.description else []
+
+
+_ENQUEUE_SQL = f"""
+WITH input AS (
+    SELECT reconciler, namespace, name FROM (
+        SELECT DISTINCT reconciler, namespace, name
+        FROM unnest(%(reconcilers)s::text[], %(namespaces)s::text[], %(names)s::text[])
+            AS t(reconciler, namespace, name)) AS distinct_keys
+    ORDER BY {LOCK_ORDER}  -- rows are locked in one order: no deadlocks
+)
+INSERT INTO {TABLE} AS w (
+    reconciler, namespace, name, state, token, dirty, paused, attempts,
+    pending_triggers, running_triggers, pending_audit, running_audit,
+    enqueued_at, dispatched_at, worker, last_outcome, last_error, created_at)
+SELECT reconciler, namespace, name, 'queued', 1, false, false, 0,
+       ARRAY[%(trigger)s]::varchar[], '{{}}', %(audit)s::bigint[], '{{}}',
+       now(), now(), '', '', '', now()
+FROM input
+ON CONFLICT (reconciler, namespace, name) DO UPDATE SET
+    -- every expression below reads the row as it was before this statement
+    pending_triggers = CASE WHEN %(trigger)s = ANY(w.pending_triggers) THEN w.pending_triggers
+                            ELSE w.pending_triggers || EXCLUDED.pending_triggers END,
+    pending_audit = w.pending_audit || EXCLUDED.pending_audit,
+    dirty = w.dirty OR w.state = 'running',
+    state = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN 'queued'
+                 ELSE w.state END,
+    token = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN w.token + 1
+                 ELSE w.token END,
+    enqueued_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN now()
+                       ELSE w.enqueued_at END,
+    dispatched_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN now()
+                         ELSE w.dispatched_at END,
+    due_at = CASE WHEN w.state IN ('idle', 'backoff') AND NOT w.paused THEN NULL
+                  ELSE w.due_at END
+-- A row this statement moved to queued has dispatched_at = now() (the transaction's clock).
+-- A concurrent enqueue in the same microsecond may also report it: a duplicate message,
+-- which the token check in claim() drops.
+RETURNING w.reconciler, w.namespace, w.name, w.token, (w.state = 'queued' AND w.dispatched_at = now()),
+          extract(epoch FROM now())
+"""
+
+
+def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
+            batch: int = 1000) -> list[Dispatch]:
+    """Add keys to the queue; returns the messages to send once the transaction commits.
+
+    Dedup: a key already queued gets no second message. Exclusion: a running key is only
+    marked dirty. A key in backoff is queued at once: a new event does not wait out a retry.
+    """
+    keys = list(dict.fromkeys(keys))
+    dispatches: list[Dispatch] = []
+    audit = [audit_id] if audit_id is not None else []
+    with _cursor() as cursor:
+        for start in range(0, len(keys), batch):
+            chunk = keys[start:start + batch]
+            cursor.execute(_ENQUEUE_SQL, {
+                "reconcilers": [k.reconciler for k in chunk],
+                "namespaces": [k.namespace for k in chunk],
+                "names": [k.name for k in chunk],
+                "trigger": trigger,
+                "audit": audit,
+            })
+            dispatches.extend(
+                Dispatch(Key(r, ns, n), token, at=float(at))
+                for r, ns, n, token, send, at in _fetch(cursor) if send
+            )
+    return dispatches
+
+
+def _claim_sql(only: str = "") -> str:
+    """The claim; ``only``: a condition more, ``_finish`` locking its rows in order."""
+    return f"""
+    UPDATE {TABLE} SET
+        state = 'running', started_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(claim_lease)s),
+        worker = %(claim_worker)s,
+        running_triggers = pending_triggers, pending_triggers = '{{}}',
+        running_audit = pending_audit, pending_audit = '{{}}',
+        dirty = false
+    WHERE reconciler = %(claim_r)s AND namespace = %(claim_ns)s AND name = %(claim_n)s
+      AND token = %(claim_token)s AND NOT paused {only}
+      -- a countdown may fire a moment early by the worker's clock: allow 1 s of skew
+      AND (state = 'queued'
+           OR (state = 'backoff' AND due_at <= now() + interval '1 second'))
+    RETURNING id, attempts, running_triggers, running_audit,
+        extract(epoch FROM now() - greatest(enqueued_at, coalesce(due_at, enqueued_at)))
+    """
+
+
+_CLAIM_SQL = _claim_sql()
+
+# Ending a run and claiming the next key in one statement locks two rows. Its parts lock
+# them in whatever order PostgreSQL runs them, so both first read this CTE, which locks both
+# rows in LOCK_ORDER (rows are read from it lazily, in its order, and locked as read).
+_LOCK_BOTH = f"""lk AS MATERIALIZED (
+    SELECT id FROM {TABLE}
+    WHERE id = %(id)s OR (reconciler = %(claim_r)s AND namespace = %(claim_ns)s
+                          AND name = %(claim_n)s)
+    ORDER BY {LOCK_ORDER} FOR UPDATE)"""
+_LOCKED = "AND id IN (SELECT id FROM lk)"
+
+
+class ClaimRequest(NamedTuple):
+    """What claiming a message's key needs: the message ``(key, token)``, who asks, for how
+    long."""
+
+    key: Key
+    token: int
+    worker: str
+    lease_seconds: float
+
+    def params(self) -> dict:
+        return {"claim_lease": self.lease_seconds, "claim_worker": self.worker,
+                "claim_r": self.key.reconciler, "claim_ns": self.key.namespace,
+                "claim_n": self.key.name, "claim_token": self.token}
+
+    def claim(self, row: Sequence | None, started: float) -> Claim | None:
+        """The run the statement's ``RETURNING`` row (None: nothing matched) stands for."""
+        if row is None:
+            return None
+        return Claim(id=row[0], key=self.key, token=self.token, attempts=row[1],
+                     triggers=list(row[2]), audit_ids=list(row[3]),
+                     waited=max(0.0, float(row[4] or 0)),
+                     held_until=started + self.lease_seconds - 1.0)
+
+
+def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | None:
+    """queued -> running for the message holding ``token``; ``None`` means drop the message.
+
+    The row lock taken by UPDATE serialises concurrent claims: exactly one wins, the others
+    see state ``running`` (or a newer token) and match nothing.
+    """
+    request = ClaimRequest(key, token, worker, lease_seconds)
+    started = time.monotonic()
+    with _cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, request.params())
+        row = cursor.fetchone()
+    return request.claim(row, started)
+
+
+def finish(claim_: Claim, decision: Decision, max_countdown: float,
+           debounce: float = 0.0) -> Dispatch | None:
+    """running -> idle | backoff | queued. Returns the message to send, if any.
+
+    Raises ``LeaseLost`` when the run no longer holds its key (its lease expired and the reaper
+    gave the key to another run): such a run is not a finished run, and its caller rolls back
+    the history it was about to write - the reaper already recorded it as lost.
+
+    Dirty wins over everything: an event arrived during the run, so the key runs again - now,
+    or after ``debounce`` seconds: it stays queued (events meanwhile are merged into it, as for
+    any queued key) and its message carries that countdown. A delay within ``max_countdown``
+    is sent as a Celery countdown; a longer one stays in the ledger (``dispatched_at`` NULL)
+    until the due sweep sends it.
+    """
+    return _finish(claim_, decision, max_countdown, debounce, None)[0]
+
+
+def finish_recorded(claim_: Claim, decision: Decision, max_countdown: float,
+                    debounce: float, record: Row) -> tuple[Dispatch | None, int]:
+    """``finish``, and the run's history row inserted by the same statement only if the run
+    still held its key: one round trip, atomic without a transaction. Returns the follow-up
+    message and the row's id."""
+    follow_up, record_id, _ = _finish(claim_, decision, max_countdown, debounce, record)
+    return follow_up, record_id
+
+
+def finish_recorded_then_claim(claim_: Claim, decision: Decision, max_countdown: float,
+                               debounce: float, record: Row, then: ClaimRequest,
+                               ) -> tuple[Dispatch | None, int, Claim | None]:
+    """``finish_recorded``, and the claim of the key the same run thread takes up next, in one
+    statement: client-go's ``Done`` then ``Get`` in one round trip, for a worker that has keys
+    waiting. Both or neither happen (one statement). Returns the follow-up message, the
+    record's id and the next run (``None``: that message is stale, drop it). A finish that
+    lost its key raises ``LeaseLost`` with the next run in ``next_claim``: the claim stands."""
+    if then.key == claim_.key:
+        raise ValueError("a run's own key cannot be claimed by the statement that ends it")
+    return _finish(claim_, decision, max_countdown, debounce, record, then)
+
+
+def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
+            record: Row | None, then: ClaimRequest | None = None,
+            ) -> tuple[Dispatch | None, int, Claim | None]:
+    locked = _LOCKED if then is not None else ""
+    update = f"""
+            UPDATE {TABLE} SET
+                state = CASE WHEN dirty THEN 'queued'
+                             WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
+                             ELSE 'idle' END,
+                token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
+                             ELSE token END,
+                attempts = %(attempts)s,
+                due_at = CASE WHEN dirty AND %(debounce)s::float8 > 0
+                              THEN now() + make_interval(secs => %(debounce)s::float8)
+                              WHEN NOT dirty AND %(delay)s::float8 IS NOT NULL
+                              THEN now() + make_interval(secs => %(delay)s::float8) END,
+                enqueued_at = CASE WHEN dirty THEN now() ELSE enqueued_at END,
+                dispatched_at = CASE
+                    WHEN dirty THEN now()
+                    WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
+                    ELSE NULL END,
+                pending_triggers = CASE
+                    WHEN %(delay)s::float8 IS NOT NULL AND NOT (%(trig)s = ANY(pending_triggers))
+                    THEN pending_triggers || ARRAY[%(trig)s]::varchar[]
+                    ELSE pending_triggers END,
+                running_triggers = '{{}}', running_audit = '{{}}',
+                dirty = false, lease_expires_at = NULL, worker = '',
+                last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
+                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
+            WHERE id = %(id)s AND token = %(token)s AND state = 'running' {locked}
+            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
+                extract(epoch FROM now()) AS at
+            """
+    params = {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
+              "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
+              "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
+              "token": claim_.token, "debounce": debounce}
+    # Data-modifying CTEs all run to completion, read or not, and must be at the top level.
+    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched", "f.at"], "f"
+    if record is not None:
+        names = ", ".join(f'"{c}"' for c in record.columns)
+        values = ", ".join(f'p."{c}"' for c in record.columns)
+        params["row"] = record.document
+        ctes.append(f"""r AS (INSERT INTO {record.table} ({names})
+                       SELECT {values} FROM f,
+                           jsonb_populate_record(NULL::{record.table}, %(row)s::jsonb) AS p
+                       RETURNING id)""")
+        columns.append("r.id")
+        ends = "f CROSS JOIN r"
+    sql = update
+    if len(ctes) > 1:
+        sql = f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM {ends}"
+    if then is not None:
+        # Each part returns at most one row; the outer query always returns exactly one, with
+        # NULLs for a part that matched nothing.
+        params.update(then.params())
+        sql = f"""WITH {_LOCK_BOTH}, {', '.join(ctes)}, c AS ({_claim_sql(_LOCKED)})
+            SELECT {', '.join(columns)}, c.* FROM (VALUES (1)) AS one(x)
+            LEFT JOIN {ends if len(ctes) == 1 else f"({ends})"} ON true LEFT JOIN c ON true"""
+    started = time.monotonic()
+    with _cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    next_claim = None
+    if then is not None:
+        claimed = row[len(columns):]
+        next_claim = then.claim(claimed if claimed[0] is not None else None, started)
+        row = row[:len(columns)] if row[0] is not None else None
+    if row is None:
+        raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
+                        "re-queued the key", next_claim=next_claim)
+    state, token, dispatched, at = row[:4]
+    record_id = row[4] if record is not None else 0
+    if state == State.QUEUED:
+        return (Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
+                record_id, next_claim)
+    if state == State.BACKOFF and dispatched:
+        return (Dispatch(claim_.key, token, countdown=decision.delay, at=float(at)),
+                record_id, next_claim)
+    return None, record_id, next_claim
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What the reaper found: runs whose worker vanished, and messages to (re)send."""
+
+    lost_runs: list[tuple[Key, list[str], int]]  # key, triggers it was running, attempts
+    dispatches: list[Dispatch]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """When the oldest message still waiting in the broker was sent, for each reconciler's
+    queue (``other``: every reconciler not named): its ``Dispatch.at``, the database's clock
+    in epoch seconds. ``None``: an empty queue, or a message the ledger did not stamp (it
+    counts as just sent)."""
+
+    sent: Mapping[str, float | None]
+    other: float | None = None
+
+
+def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None) -> Reaped:
+    """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
+
+    1. running, lease expired: the run's worker died (or was ended at its hard deadline) ->
+       backoff, due after the key's next backoff: a reconcile that kills its worker every time
+       is retried ever more slowly, never in a tight loop.
+    2. queued, its message sent before the oldest message still waiting in its queue, by more
+       than ``redispatch_after``: the queue is first in, first out, so that message has left
+       it - to a worker that died, a Redis restart, or a publish that failed - and no run
+       claimed it -> send again, once per ``redispatch_after``. A backlog that is merely
+       waiting is never multiplied, and nothing else the broker holds (stale messages, beat's
+       own, runs in progress) can hide a loss. ``None``: the broker cannot tell; anything
+       older than ``redispatch_after`` is sent again. Both times are the database's
+       (``dispatched_at``, and the message's ``Dispatch.at``): the hosts that send messages
+       and the one that reaps may disagree on the time, by any amount.
+    3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
+
+    Rows are locked in key order, as by every other statement that locks several rows (see
+    ``LOCK_ORDER``), and each pass commits on its own: held together, the three passes' locks
+    would not be in one order any more, and an enqueue could deadlock with them. Each pass is
+    complete alone; what it returns is sent once all three ran.
+    """
+    backlog = backlog or Backlog({})
+    with _cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET
+                state = 'backoff', token = token + 1, attempts = attempts + 1,
+                due_at = now() + make_interval(secs => least(
+                    %(base)s * power(2, least(attempts, 60)), %(cap)s)),
+                pending_triggers = running_triggers || pending_triggers || ARRAY['retry']::varchar[],
+                pending_audit = running_audit || pending_audit,
+                running_triggers = '{{}}', running_audit = '{{}}', dirty = false,
+                lease_expires_at = NULL, enqueued_at = now(), dispatched_at = NULL,
+                last_outcome = 'error', last_error = 'worker lost: lease expired mid-run (' || worker || ')',
+                last_finished_at = now(), worker = ''
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'running' AND lease_expires_at < now()
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
+            RETURNING reconciler, namespace, name, token, attempts, pending_triggers
+            """,
+            {"base": backoff.base, "cap": backoff.cap},
+        )
+        lost = _fetch(cursor)
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET dispatched_at = now()
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'queued' AND NOT paused
+                           AND (dispatched_at IS NULL
+                                OR dispatched_at < least(now(), CASE
+                                    WHEN %(sent)s::jsonb ? reconciler
+                                    THEN to_timestamp((%(sent)s::jsonb ->> reconciler)::float8)
+                                    ELSE to_timestamp(%(other)s::float8) END)
+                                    - make_interval(secs => %(after)s))
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
+            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
+            """,
+            {"after": redispatch_after, "sent": json.dumps(dict(backlog.sent)),
+             "other": backlog.other},
+        )
+        resend = _fetch(cursor)
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} SET state = 'queued', token = token + 1, due_at = NULL,
+                enqueued_at = now(), dispatched_at = now()
+            WHERE id IN (SELECT id FROM {TABLE}
+                         WHERE state = 'backoff' AND NOT paused AND due_at <= now()
+                           AND (dispatched_at IS NULL
+                                OR due_at < now() - make_interval(secs => %(after)s))
+                         ORDER BY {LOCK_ORDER} FOR UPDATE)
+            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
+            """,
+            {"after": redispatch_after},
+        )
+        due = _fetch(cursor)
+    lost_runs = [(Key(r, ns, n), [t for t in trig if t != "retry"], attempts)
+                 for r, ns, n, _token, attempts, trig in lost]
+    dispatches = [Dispatch(Key(r, ns, n), token, at=float(at))
+                  for r, ns, n, token, at in resend + due]
+    return Reaped(lost_runs, dispatches)
+
+
+def stats() -> list[tuple[str, str, int, float, float]]:
+    """Per reconciler and state: rows, and for running rows the seconds they have run in
+    total and the longest (client-go's unfinished work and longest running processor)."""
+    with transaction.atomic(), _cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = 2000")  # a scrape must not hang
+        cursor.execute(
+            f"""
+            SELECT reconciler, state, count(*),
+                coalesce(sum(extract(epoch FROM now() - started_at))
+                         FILTER (WHERE state = 'running'), 0),
+                coalesce(max(extract(epoch FROM now() - started_at))
+                         FILTER (WHERE state = 'running'), 0)
+            FROM {TABLE} GROUP BY reconciler, state ORDER BY reconciler, state
+            """
+        )
+        return [(r, st, n, float(total), float(longest)) for r, st, n, total, longest
+                in cursor.fetchall()]
+
+
+def forget_gone(older_than: float) -> int:
+    """Delete the rows of objects that are gone: idle, last run ``gone``, nothing waiting,
+    for ``older_than`` seconds. Their history stays; a new object of that name starts a new
+    row."""
+    with _cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM {TABLE} WHERE id IN (
+                SELECT id FROM {TABLE}
+                WHERE state = 'idle' AND last_outcome = 'gone' AND NOT paused
+                  AND cardinality(pending_triggers) = 0
+                  AND last_finished_at < now() - make_interval(secs => %s)
+                ORDER BY {LOCK_ORDER} FOR UPDATE SKIP LOCKED)
+            """,
+            [older_than],
+        )
+        return cursor.rowcount
+
+
+def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
+    """Pause or resume keys. A paused key is never claimed; resuming sends what waited."""
+    if not keys:
+        return []
+    with _cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} AS w SET
+                paused = %(paused)s,
+                state = CASE WHEN NOT %(paused)s AND w.state = 'idle'
+                                  AND cardinality(w.pending_triggers) > 0 THEN 'queued'
+                             ELSE w.state END,
+                token = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
+                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
+                             THEN w.token + 1 ELSE w.token END,
+                dispatched_at = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
+                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
+                             THEN now() ELSE w.dispatched_at END
+            WHERE w.id IN (
+                SELECT x.id FROM {TABLE} x
+                JOIN unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
+                  ON x.reconciler = k.r AND x.namespace = k.ns AND x.name = k.n
+                WHERE x.paused <> %(paused)s
+                ORDER BY {LOCK_ORDER} FOR UPDATE OF x)
+            RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now(),
+                extract(epoch FROM now())
+            """,
+            {"paused": paused, "r": [k.reconciler for k in keys],
+             "ns": [k.namespace for k in keys], "n": [k.name for k in keys]},
+        )
+        rows = _fetch(cursor)
+    return [Dispatch(Key(r, ns, n), token, at=float(at))
+            for r, ns, n, token, state, send, at in rows if send and state == State.QUEUED]

@@ -1,0 +1,455 @@
+"""Run one reconcile for one key and say how it ended. Plain Python: no Celery here.
+
+``run()`` is client-go's ``processNextWorkItem`` + ``syncHandler``: claim the key in the work
+queue (or drop a stale message), re-read the object from the cache (404 = gone), call the
+user's ``reconcile`` / ``finalize`` inside exception capture, let ``decision.decide`` say what
+follows, then record the run and end it in the work queue in one transaction (which sends the
+follow-up message, if any, once committed) - and, when another key waits for this run thread,
+claim it in that same statement (``Done`` then ``Get``).
+
+A run's deadline (``RunLimits``) bounds it three ways: the worker interrupts user code at the
+soft limit (recorded as an error, retried with backoff), ends the process at the hard limit
+(the prefork pool does both itself; in the thread pool ``deadlines`` does),
+and the key's lease outlasts both - so the reaper only ever re-queues a key whose run can no
+longer act. Every write ``ctx`` makes first checks the claim is still held (a fence for a run
+whose process was stopped past its lease).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+
+from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
+                       transaction)
+
+from reconcilers._kube import cache, kube
+from reconcilers._run import deadlines, history, inputs, pool, timers
+from reconcilers._base import logs, metrics
+from reconcilers._queue import workqueue
+from reconcilers._base.conf import Backoff, RunLimits, settings
+from reconcilers._kube.context import Context, fence_until
+from reconcilers._queue.decision import Decision, decide
+from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
+from reconcilers._run.capabilities import HEALED, new_evidence
+from reconcilers.models import Outcome, Trigger
+from reconcilers._authoring.registry import NotRegistered, Registry, registry as default_registry
+from reconcilers._base.results import PermanentError, Result
+from reconcilers._authoring.reconciler import Reconciler
+from reconcilers._base.vocab import Key, utcnow
+
+log = logging.getLogger(__name__)
+
+
+# Exceptions (``module.QualName``) that mean "the run deadline interrupted user code"; the
+# task layer names its own (Celery's SoftTimeLimitExceeded), so this module needs no Celery.
+deadline_errors: set[str] = set()
+
+
+class RunAbandoned(TimeoutError):
+    """A run still going at its hard limit in a thread-pool worker: blocked outside Python (a
+    sleep, a socket without a timeout), where the soft limit's exception cannot reach it."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What happened to one message."""
+
+    dropped: bool = False  # stale or duplicate message: nothing ran
+    outcome: str = ""
+    error: str = ""
+    record_id: int | None = None
+    follow_up: Dispatch | None = None  # the next message for this key (already sent)
+
+
+@dataclass
+class Seen:
+    """What user code saw and did; filled as the run goes, so a crash keeps what it had."""
+
+    obj: dict | None = None
+    final: dict | None = None
+    events: list = field(default_factory=list)
+    phase: str = ""
+    capabilities: list = field(default_factory=list)  # actions reported or seen
+    read: dict | None = None  # a copy of ``obj`` as read, when the run's inputs are noted
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | None:
+    """The current object: from the cache once it is synced, else from the api-server."""
+    gvr = cls.primary()
+    namespace = key.namespace if gvr.namespaced else None
+    synced, obj = cache.get_if_synced(gvr, namespace, key.name)
+    if synced:
+        return obj
+    return kube.get_or_none(api, gvr.path(namespace, key.name))
+
+
+def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
+           seen: Seen, triggers: Sequence[str] = ()) -> tuple[str, Result | None]:
+    """Finalizer handling around the user's code. Returns (outcome if decided here, result).
+    A run triggered only by timers calls them instead of ``reconcile``; with other triggers
+    too, ``reconcile`` and then the timers (``timers``)."""
+    finalizer = cls.finalizer_name()
+    meta = obj["metadata"]
+    if meta.get("deletionTimestamp"):
+        if finalizer and finalizer in (meta.get("finalizers") or []):
+            seen.phase = "finalize"
+            result = reconciler.finalize(obj, ctx)  # type: ignore[attr-defined]
+            if result is None or (not result.requeue and result.requeue_after is None):
+                ctx.remove_finalizer(finalizer)
+            return "", result
+        return Outcome.SKIPPED, None
+    fired = timers.fired(triggers)
+    only_timers = bool(fired) and _only_timers(triggers)
+    seen.phase = "timer" if only_timers else "reconcile"
+    if finalizer:
+        ctx.add_finalizer(finalizer)
+        obj = ctx.obj
+    if cls.resource is None:
+        result = None if only_timers else reconciler.reconcile(obj, ctx)
+        timed = timers.run(reconciler, fired, obj, ctx) if fired else None
+        return "", timed if only_timers else result
+    typed = cls.resource(obj)
+    result = None if only_timers else reconciler.reconcile(typed, ctx)
+    if fired:
+        timed = timers.run(reconciler, fired, typed, ctx)
+        result = timed if only_timers else result
+    patch = typed.status_patch()
+    if patch.get("status"):
+        ctx.patch_status(patch["status"])
+    return "", result
+
+
+def _only_timers(triggers: Sequence[str]) -> bool:
+    return bool(triggers) and all(t.startswith(timers.PREFIX) for t in triggers)
+
+
+def run(key_text: str, token: int, *, registry: Registry | None = None,
+        worker: str | None = None, task_id: str = "") -> RunReport:
+    """Process one message ``(key, token)`` here and now; never raises for anything user code
+    does."""
+    return Job(Key.parse(key_text), token, registry or default_registry,
+               worker or worker_identity(), task_id).run()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One key of a message, to run: what ``run`` needs, so a run thread can take it up."""
+
+    key: Key
+    token: int
+    registry: Registry
+    worker: str
+    task_id: str
+
+    def run(self, taken: object = pool.NOT_TAKEN) -> RunReport:
+        """Claim (unless the run before it on this thread did: ``taken`` is that claim, or
+        ``None`` for a stale message), run, record."""
+        key, cls = self.key, _class_of(self.registry, self.key)
+        claim = taken if isinstance(taken, Claim) or taken is None else _claim(
+            self.claim_request())
+        if claim is None:
+            metrics.messages_stale_total.labels(key.reconciler).inc()
+            return RunReport(dropped=True)
+        metrics.queue_duration_seconds.labels(key.reconciler).observe(claim.waited)
+        with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
+                        trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
+                        task_id=self.task_id), _in_progress(key.reconciler):
+            return _run_claimed(claim, cls, self.registry, self.worker, self.task_id)
+
+    def claim_request(self) -> ClaimRequest:
+        cls = _class_of(self.registry, self.key)
+        return ClaimRequest(self.key, self.token, self.worker,
+                            RunLimits.of(cls and cls.timeout).lease)
+
+
+def _class_of(registry: Registry, key: Key) -> type[Reconciler] | None:
+    try:
+        return registry.get_class(key.reconciler)
+    except NotRegistered:
+        return None
+
+
+_running: dict[str, int] = {}
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _in_progress(reconciler: str) -> Iterator[None]:
+    with _running_lock:
+        _running[reconciler] = _running.get(reconciler, 0) + 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running[reconciler] -= 1
+
+
+def in_progress() -> dict[str, int]:
+    """Runs of this process between their claim and their finish, by reconciler: in a thread-
+    pool worker, what its workers are doing (a message may carry several keys, run at once)."""
+    with _running_lock:
+        return dict(_running)
+
+
+def run_many(items: Sequence[tuple[str, int] | tuple[str, int, str]], *,
+             registry: Registry | None = None, worker: str | None = None) -> list[RunReport]:
+    """The ``(key, token)`` pairs of one message carrying several (or one; a third value is
+    the task id when it is not ``<key>#<token>``): each run as ``run`` runs a message of its
+    own - its own claim, deadline, record, and the task id its own message would have had -
+    at once where the process has run threads (``runpool``)."""
+    registry, worker = registry or default_registry, worker or worker_identity()
+    jobs = []
+    for item in items:
+        key = Key.parse(item[0])
+        task_id = item[2] if len(item) > 2 else workqueue.task_id(key, item[1])
+        jobs.append(Job(key, item[1], registry, worker, task_id))
+    return pool.run_all(Job.run, jobs)
+
+
+_checked = threading.local()
+CONNECTION_CHECK_EVERY = 1.0  # seconds
+
+
+def _check_connection() -> None:
+    """Connections outlive tasks (``CELERY_DB_REUSE_MAX``), so old or broken ones are retired
+    before a run is claimed - at most once a second per thread: with ``CONN_HEALTH_CHECKS``
+    that costs a ``SELECT 1`` round trip, which once per run was one per key."""
+    now = time.monotonic()
+    suspect = connection.connection is not None and (
+        connection.errors_occurred or not connection.get_autocommit())  # left so by a run
+    if suspect or now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
+        close_old_connections()
+        _checked.at = now
+
+
+def _claim(request: ClaimRequest) -> Claim | None:
+    """``workqueue.claim`` on a sound connection (``_check_connection``). A connection broken
+    since (a database restart) fails the claim, which then runs once more on a new one."""
+    _check_connection()
+    try:
+        return workqueue.claim(*request)
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("%s: claim failed on a broken database connection (%s); retrying on a "
+                    "new one", request.key, exc)
+        connection.close()
+        return workqueue.claim(*request)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One pass of user code over one key, and the decision on what follows."""
+
+    decision: Decision
+    seen: Seen
+    ctx: Context | None  # None when user code never ran (no object, no reconciler)
+    error: BaseException | None
+
+
+def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
+            backoff: Backoff, api: kube.ApiClient | None = None,
+            fence: Callable[[], None] | None = None, triggers: Sequence[str] = ()) -> Attempt:
+    """Read the object, call the user's code, decide: what a worker does for a key it holds,
+    and what ``reconcilers.testing`` does for a test. Never raises for anything user code does.
+    """
+    seen, ctx = Seen(), None
+    try:
+        if cls is None:
+            raise PermanentError(f"no reconciler named {key.reconciler!r} is registered here")
+        api = api or kube.api_client()
+        seen.obj = read_object(cls, key, api)
+        if seen.obj is None:
+            return Attempt(decide(attempts=attempts, backoff=backoff, decided=Outcome.GONE),
+                           seen, None, None)
+        ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
+                      fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
+        if inputs.recording():  # for a replay of this run (``replay``): copies, before use
+            seen.read, ctx.lister.reads = copy.deepcopy(seen.obj), []
+        try:
+            decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
+                                     triggers)
+        finally:
+            seen.events, seen.final = ctx.events, ctx.obj
+            seen.capabilities = list(ctx.capabilities)
+        return Attempt(decide(attempts=attempts, backoff=backoff, result=result,
+                              decided=decided), seen, ctx, None)
+    except (Exception, SystemExit) as exc:
+        # SystemExit too: user code calling sys.exit() must not take the worker process (and
+        # every run it would have done) down with it; it is an error of this run, retried.
+        return Attempt(decide(attempts=attempts, backoff=backoff, error=exc), seen, ctx, exc)
+
+
+def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry, worker: str,
+                 task_id: str) -> RunReport:
+    key, conf = claim.key, settings()
+    limits = RunLimits.of(cls and cls.timeout)
+
+    started = utcnow()
+    t0 = time.perf_counter()
+    backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
+    on_hard = None
+    if (release := pool.abandonable()) is not None:  # a run thread: abandoned if stuck
+        start = _RunStart(started, t0, worker, task_id)
+        on_hard = lambda: _abandon(claim, limits, backoff, start, release)  # noqa: E731
+    # Every api-server call of this run names it (User-Agent): the audit log shows who wrote.
+    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard), \
+            kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
+        done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
+                       fence=fence_until(claim.check_held, claim.held_until),
+                       triggers=claim.triggers)
+    if claim.released.is_set():  # abandoned: its record is written, its key released
+        log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped",
+                    key, time.perf_counter() - t0)
+        return RunReport(dropped=True)
+    decision, seen = done.decision, done.seen
+    if decision.trigger == Trigger.RETRY and _only_timers(claim.triggers):
+        # A failed timer is retried as that timer, not as a reconcile.
+        decision = replace(decision, trigger=timers.PREFIX + timers.fired(claim.triggers)[0])
+    duration = time.perf_counter() - t0
+    if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
+        decision = replace(decision, error_message=(
+            f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
+            f"{decision.error_message or decision.error_class}")[:4000])
+
+    changed = ", ".join(done.ctx.changed_children)[:500] if done.ctx is not None else ""
+    # A reported action keeps what the run changed with it: the capability evidence asks for
+    # an action the cluster saw, not only a sentence (``capabilities.EVIDENCE``).
+    capabilities = [{**c, "changed": changed} if changed else c for c in seen.capabilities]
+    if Trigger.OWNED in claim.triggers and changed:
+        capabilities = [*capabilities, {"action": HEALED, "detail": changed}]
+    facts = history.RunFacts(started=started, duration=duration, worker=worker, task_id=task_id,
+                             obj=seen.obj, final=seen.final, events=seen.events,
+                             phase=seen.phase, capabilities=capabilities)
+    t1 = time.perf_counter()
+    record_id, follow_up = _finish(claim, decision, facts, cls.debounce if cls else 0.0)
+    if record_id is not None:  # a run whose record rolled back (lease lost) is not counted
+        metrics.history_write_seconds.observe(time.perf_counter() - t1)
+        metrics.observe_run(key.reconciler, decision.outcome, duration,
+                            retry=decision.delay is not None and decision.attempts > 0)
+        logs.bind(record_id=record_id)
+    if record_id is not None and seen.read is not None and inputs.wanted(decision.outcome):
+        _keep_inputs(record_id, done, claim.triggers)
+    if decision.outcome in (Outcome.ERROR, Outcome.PERMANENT):
+        log.warning("%s: %s after %.1f ms: %s", key, decision.outcome, duration * 1000,
+                    decision.error_message)
+    return RunReport(outcome=decision.outcome, error=decision.error_message,
+                     record_id=record_id, follow_up=follow_up)
+
+
+def _keep_inputs(record_id: int, done: Attempt, triggers: Sequence[str]) -> None:
+    """Keep what the run read and wrote for a replay; never at the run's expense."""
+    try:
+        inputs.keep(record_id, done.seen.read, done.ctx.lister.reads or [] if done.ctx else [],
+                    done.ctx.writes if done.ctx else [], list(triggers))
+    except Exception as exc:  # noqa: BLE001 - a replay aid, not the run
+        log.warning("run #%s: inputs not kept (%s)", record_id, exc)
+
+
+@dataclass(frozen=True)
+class _RunStart:
+    """What an abandonment knows of the run it abandons."""
+
+    started: object
+    t0: float
+    worker: str
+    task_id: str
+
+
+def _abandon(claim: Claim, limits: RunLimits, backoff: Backoff, run: _RunStart,
+             release: pool.Abandon) -> None:
+    """Past the hard limit, in a thread of its own: record the run as an error, release its
+    key for a retry with backoff, fence its writes, and hand its place in the pool to a new
+    thread; the stuck one is left to finish on its own. Too many still stuck: drain and exit."""
+    claim.released.set()  # from here the stuck run's writes raise LeaseLost
+    error = RunAbandoned(
+        f"run deadline of {limits.soft:g}s exceeded and still running at the hard limit "
+        f"({limits.hard:g}s): blocked outside Python (a sleep, a socket read without a "
+        "timeout), where the interruption cannot reach it; its thread was abandoned and "
+        "replaced, and the key is retried with backoff")
+    decision = decide(attempts=claim.attempts, backoff=backoff, error=error)
+    facts = history.RunFacts(started=run.started, duration=time.perf_counter() - run.t0,
+                             worker=run.worker, task_id=run.task_id, phase="reconcile")
+    record_id, follow_up = None, None
+    try:
+        record_id, follow_up = _finish(claim, decision, facts)
+        metrics.observe_run(claim.key.reconciler, decision.outcome, facts.duration, retry=True)
+    finally:
+        connection.close()  # this thread's own
+        stuck = release(RunReport(outcome=decision.outcome, error=decision.error_message,
+                                  record_id=record_id, follow_up=follow_up))
+    log.error("%s: abandoned past its hard limit (%g s); %d abandoned run thread(s) of this "
+              "process still stuck", claim.key, limits.hard, stuck)
+    if stuck > settings().abandoned_runs_max:
+        deadlines.drain_and_exit(f"{stuck} abandoned run threads still stuck (more than "
+                                 "RECONCILERS_ABANDONED_RUNS_MAX)")
+
+
+def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
+            debounce: float = 0.0) -> tuple[int | None, Dispatch | None]:
+    """History and work queue in one transaction: a recorded run is always a finished run.
+
+    Usually one statement does both (``workqueue.done_recorded``); a run that proves a
+    capability criterion for the first time also writes that evidence, in a transaction."""
+    values = history.new_values(claim, decision, facts)
+    evidence = bool(new_evidence(SimpleNamespace(**values), claim.attempts))
+    for attempt in range(3):
+        try:
+            if not evidence:
+                follow_up, record_id = _done_then_next(claim, decision, debounce,
+                                                       history.as_row(values), attempt)
+                return record_id, follow_up
+            with transaction.atomic():
+                record = history.record_run(claim, decision, facts)
+                follow_up = workqueue.done(claim, decision, debounce)
+            return record.pk, follow_up
+        except LeaseLost as exc:
+            # Outlived its lease (a stopped process, a deadline ignored): another run has the
+            # key now. Its record was rolled back; the reaper's "worker lost" record stands.
+            log.warning("%s", exc)
+            return None, None
+        except Exception:
+            # The database blinked; the lease still protects the key. If all attempts fail,
+            # the lease expires and the reaper re-queues it: the run is retried, not lost.
+            log.exception("%s: could not record the run (attempt %d)", claim.key, attempt + 1)
+            close_old_connections()
+            connection.close()
+            time.sleep(0.5 * (attempt + 1))
+    return None, None
+
+
+def _done_then_next(claim: Claim, decision: Decision, debounce: float, row: workqueue.Row,
+                    attempt: int) -> tuple[Dispatch | None, int]:
+    """``workqueue.done_recorded``; when a key waits for a run thread, the same statement
+    claims it for this thread, which runs it next (one round trip instead of two: the
+    ledger's statements cost PostgreSQL and the worker more than anything else in a run).
+    Only on the first attempt: a failed statement changed nothing, and the waiting key then
+    claims for itself, as does a second message for this run's own key."""
+    waiting = pool.take_next() if attempt == 0 else None
+    job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
+    then = job.claim_request() if job is not None and job.key != claim.key else None
+    if then is not None:
+        _check_connection()  # this statement claims a run: a busy thread's only claim
+    try:
+        follow_up, record_id, next_claim = workqueue.done_recorded(claim, decision, debounce,
+                                                                   row, then)
+    except LeaseLost as exc:
+        if then is not None:
+            waiting.taken = exc.next_claim  # type: ignore[union-attr]
+        raise
+    if then is not None:
+        waiting.taken = next_claim  # type: ignore[union-attr]
+    return follow_up, record_id

@@ -1,0 +1,137 @@
+"""From a change of an object to the keys it should reconcile (client-go's event handlers).
+
+A ``Handler`` binds one reconciler to one watched resource: the primary resource maps to its
+own key (after the reconciler's predicates), an owned resource maps to its controller owner's
+key (``ownerReferences`` with ``controller: true``), a related resource (``Watches``) maps to
+the keys its map function names (after that declaration's predicates). A ``Router`` runs every handler of a
+stream for each change the reflector reports and hands the keys on. Mapping only: the one read
+is a ``Watches`` map function's, through a ``Lister`` (the shared cache, else the api-server).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from reconcilers._kube import kube
+from reconcilers._kube.context import Lister
+from reconcilers.models import Trigger
+from reconcilers._authoring.reconciler import Reconciler
+from reconcilers._base.vocab import Key, Watches
+
+log = logging.getLogger(__name__)
+
+PRIMARY, OWNED, WATCHED = "primary", "owned", "watched"
+TRIGGERS = {OWNED: Trigger.OWNED, WATCHED: Trigger.WATCHED}
+
+
+@dataclass(frozen=True)
+class Handler:
+    reconciler: type[Reconciler]
+    role: str  # PRIMARY | OWNED | WATCHED
+    watches: Watches | None = None  # for WATCHED
+
+    def keys_for(self, old: dict | None, new: dict | None) -> list[Key]:
+        name = self.reconciler.name()
+        if self.role == PRIMARY:
+            meta = (new or old or {})["metadata"]
+            return [Key(name, meta.get("namespace") or "", meta["name"])]
+        if self.role == WATCHED:
+            return self._mapped(old, new)
+        primary = self.reconciler.primary()
+        out: list[Key] = []
+        for obj in (old, new):
+            for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+                if (ref.get("controller") and ref.get("kind") == primary.kind
+                        and ref.get("apiVersion", "").rpartition("/")[0] == primary.group):
+                    ns = (obj["metadata"].get("namespace") or "") if primary.namespaced else ""
+                    key = Key(name, ns, ref["name"])
+                    if key not in out:
+                        out.append(key)
+        return out
+
+    def _mapped(self, old: dict | None, new: dict | None) -> list[Key]:
+        """The keys the map function names for either state of the object. A map function
+        that raises maps the change to nothing (logged): a bad object never stops the stream."""
+        name, namespaced = self.reconciler.name(), self.reconciler.primary().namespaced
+        out: list[Key] = []
+        for obj in (old, new):
+            if obj is None:
+                continue
+            try:
+                targets = list(self._map(obj) or ())
+            except Exception:
+                log.exception("%s: the map function of Watches(%s) failed on %s", name,
+                              self.watches.kind, obj.get("metadata", {}).get("name"))
+                continue
+            for target in targets:
+                ns, obj_name = (target if isinstance(target, tuple)
+                                else (obj["metadata"].get("namespace") or "", target))
+                key = Key(name, (ns or "") if namespaced else "", obj_name)
+                if key not in out:
+                    out.append(key)
+        return out
+
+    def _map(self, obj: dict):
+        """``map(obj)``, or ``map(obj, lister)`` for a map function that reads (say, the
+        objects whose selector matches ``obj``)."""
+        if _takes_lister(self.watches.map):
+            cls = self.reconciler
+            return self.watches.map(obj, Lister(kube.api_client(), cls.watched(), cls.indexes,
+                                                cls.cache_scopes()))
+        return self.watches.map(obj)
+
+    def passes(self, old: dict | None, new: dict | None) -> bool:
+        if self.role == PRIMARY:
+            return all(p(old, new) for p in self.reconciler.predicates)
+        if self.role == WATCHED:
+            return all(p(old, new) for p in self.watches.predicates)
+        return True
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_lister(func: Callable) -> bool:
+    params = [p for p in inspect.signature(func).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(params) >= 2
+
+
+class Router:
+    """Maps each change to keys through every handler; ``skipped`` counts predicate drops.
+
+    ``put(key, trigger)`` receives the keys; ``done(change)`` follows them, so whoever
+    receives both in order knows when every key of a journalled change has been handed on.
+    """
+
+    def __init__(self, handlers: Sequence[Handler], put: Callable[[Key, str], None],
+                 done: Callable[[Any], None] = lambda change: None):
+        self.handlers = list(handlers)
+        self.put = put
+        self.done = done
+        self.skipped = 0
+        self._asked: tuple[Any, Any, list[Handler]] | None = None
+
+    def wants(self, old: dict | None, new: dict | None) -> bool:
+        """Whether any handler's predicates let this change through. The answer is kept for
+        the delivery of the same change that follows, so predicates run once per change."""
+        passing = [h for h in self.handlers if h.passes(old, new)]
+        self._asked = (old, new, passing)
+        return bool(passing)
+
+    def __call__(self, trigger: str, old: dict | None, new: dict | None,
+                 change: Any = None) -> None:
+        asked, self._asked = self._asked, None
+        if asked is not None and asked[0] is old and asked[1] is new:
+            passing = asked[2]
+        else:
+            passing = [h for h in self.handlers if h.passes(old, new)]
+        self.skipped += len(self.handlers) - len(passing)
+        for handler in passing:
+            trig = TRIGGERS.get(handler.role, trigger)
+            for key in handler.keys_for(old, new):
+                self.put(key, trig)
+        if change is not None:
+            self.done(change)

@@ -1,0 +1,464 @@
+"""The reflector: list and watch one resource, keep the shared cache, report every change.
+
+client-go's Reflector: a paginated LIST, then a WATCH from the list's resourceVersion with
+bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as the HTTP answer) a
+relist that reports what changed or vanished meanwhile; on any other error a reconnect with
+capped exponential backoff (0.1 s -> 30 s, jittered). It never exits on a transient error.
+
+Unlike client-go's in-memory store, the cache outlives the process: a watcher restarted while
+its predecessor's synced marker lives (``cache.SYNCED_TTL``), with the same cache scope,
+resumes the watch from the resourceVersion the cache is at (written with every change, in the
+same transaction) instead of listing everything again. If that version is too old, the
+api-server answers 410 and it relists after all.
+
+Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new,
+change)``), so whoever runs the key reads this version or a newer one; in the same Redis
+transaction it is journalled (``cache.journal``), so a watcher that dies before the keys reach
+the ledger loses nothing: the next leader replays the journal. What to do with a change is the
+handlers' business (``handlers.py``), not the reflector's.
+
+Index sets (``Index`` declarations of the reconcilers on this stream) are kept in the same
+transaction as the objects they file. Only the reflector's own thread changes ``known`` (a
+``Known``) and ``resource_version``; other threads ask for a relist through
+``relist_requested`` (e.g. after Redis lost the cache).
+
+Every cache write carries the leader's term (``term``, a ``cache.Term``): Redis refuses the
+writes of a term older than the newest leader's (``cache.StaleTerm``), so a paused ex-leader's
+stream never writes an old object over its successor's. A refused stream stops, with every
+stream of its term (they share ``stop``): its leader has been replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+import uuid
+from typing import Callable, Mapping
+
+from reconcilers._kube import cache, kube
+from reconcilers._base import metrics
+from reconcilers._base.conf import settings
+from reconcilers.models import Trigger
+from reconcilers._base.vocab import GVR, CacheScope, Index, object_path, split_object_path
+
+log = logging.getLogger(__name__)
+
+# wants(old, new): whether a watch event's change may concern any reconciler (its predicates
+# pass); one that cannot is cached but not journalled, and delivered with ``change=None``.
+Wants = Callable[["dict | None", "dict | None"], bool]
+
+# deliver(trigger, old, new, change): ``change`` is the journal entry to clear once the
+# change's keys are in the ledger.
+Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
+
+
+# Seconds before the first reconnect after a watch or list error.
+FIRST_RETRY = 0.1
+# Seconds after a resume before the reflector loads the cached objects no event brought.
+COMPLETE_AFTER = 1.0
+
+
+class Gone(Exception):
+    """The resourceVersion is too old (410): relist."""
+
+
+class Known:
+    """The last state this stream saw of each object (sanitised, like the cache): the ``old``
+    of the next event, and what a relist diffs against.
+
+    After a list it holds every object. After a resume (of a stream without index sets, which
+    rebuilds them from every object) it starts empty and reads through to the shared cache -
+    an object's first event fetches what the predecessor cached (one HGET) - so a restart
+    costs nothing per unchanged object before its watch runs, where decoding them all grows
+    with the cache. The rest is loaded
+    at the first event or bookmark ``COMPLETE_AFTER`` seconds on (``complete_if_due``), or
+    at once when a relist needs them to diff against. Until then it depends on the cache: if
+    Redis lost it in that window, an object no event brought has no ``old`` and a relist
+    cannot report it vanished. Only the reflector's thread changes it; ``len`` may be read
+    from any."""
+
+    def __init__(self, gvr: GVR, namespace: str | None, objects: dict[str, dict],
+                 complete: bool = True, size: int | None = None):
+        self.gvr, self.namespace = gvr, namespace
+        self._objects = objects
+        self._complete = complete
+        self._size = len(objects) if size is None else size
+        self._due = time.monotonic() + COMPLETE_AFTER
+
+    @classmethod
+    def reading_through(cls, gvr: GVR, namespace: str | None) -> "Known":
+        return cls(gvr, namespace, {}, complete=False, size=cache.count(gvr, namespace))
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def complete_if_due(self) -> None:
+        """Load what no event brought, once the resumed watch has run ``COMPLETE_AFTER``
+        seconds: off the restart's path, and from then on in memory as after a list."""
+        if not self._complete and time.monotonic() >= self._due:
+            self.all()
+
+    def get(self, path: str) -> dict | None:
+        obj = self._objects.get(path)
+        if obj is None and not self._complete:
+            ns, name = split_object_path(path)
+            obj = cache.get(self.gvr, ns or None, name)
+            if obj is not None:
+                self._objects[path] = obj
+        return obj
+
+    def put(self, path: str, obj: dict, existed: bool) -> None:
+        self._objects[path] = obj
+        self._size += not existed
+
+    def remove(self, path: str, existed: bool) -> None:
+        self._objects.pop(path, None)
+        self._size -= existed
+
+    def all(self) -> dict[str, dict]:
+        """Every object, loading from the cache what no event brought yet."""
+        if not self._complete:
+            loaded = cache.objects(self.gvr, self.namespace)
+            loaded.update(self._objects)
+            self._objects, self._complete = loaded, True
+            self._size = len(loaded)
+        return self._objects
+
+    def __contains__(self, path: str) -> bool:
+        return self.get(path) is not None
+
+    def __iter__(self):
+        return iter(self.all())
+
+    def __len__(self) -> int:
+        return self._size
+
+
+class Reflector:
+    """List + watch of one resource, in one namespace or in all (``namespace=None``)."""
+
+    def __init__(self, gvr: GVR, namespace: str | None, deliver: Deliver,
+                 stop: threading.Event, status=None, indexes: Mapping[str, Index] | None = None,
+                 scope: CacheScope = CacheScope(), wants: Wants | None = None,
+                 term: cache.Term | None = None):
+        self.gvr, self.namespace = gvr, namespace
+        self.term = term  # the leader's term every cache write carries (None: unfenced)
+        self.indexes = dict(indexes or {})
+        self.scope = scope
+        self.deliver = deliver
+        self.wants = wants
+        self.stop_event = stop
+        self.status = status  # a watch.StreamStatus, or None
+        self.relist_requested = threading.Event()
+        # Owned by this reflector's thread: the last state seen of each object and the
+        # resourceVersion to resume the watch from.
+        self.known = Known(gvr, namespace, {})
+        self.resource_version = ""
+        self._resp = None
+        self._run_id = uuid.uuid4().hex[:12]  # makes each journal token unique
+        # What this stream caches: a successor resumes only a cache of the same scope.
+        self._stream = hashlib.sha256(repr((gvr.id, self.scope.selector, self.scope.fields,
+                                            self.scope.metadata_only)).encode()).hexdigest()[:16]
+        self._changes = 0
+        scope = (gvr.id, namespace or "")
+        self._events = {t: metrics.watch_events_total.labels(*scope, t)
+                        for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")}
+        self._relists = {r: metrics.relists_total.labels(*scope, r)
+                         for r in ("initial", "expired", "requested")}
+        self._errors = metrics.watch_errors_total.labels(*scope)
+
+    def abort(self) -> None:
+        """Stop now: set the stop flag and close the open watch connection."""
+        self.stop_event.set()
+        self._close_watch()
+
+    def request_relist(self) -> None:
+        """From any thread: relist now (the open watch is closed so the request is not left
+        waiting for the next event of a quiet stream)."""
+        self.relist_requested.set()
+        self._close_watch()
+
+    def _close_watch(self) -> None:
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # already closed
+                pass
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        api = kube.new_api_client()
+        # A dropped connection is retried almost at once (kopf waits 0.1 s), then ever more
+        # slowly while the api-server keeps refusing (doubling, jittered, up to 30 s).
+        delay = FIRST_RETRY
+        first = True
+        while not self.stop_event.is_set():
+            try:
+                if first and self.resume():
+                    first = False
+                if first or not self.resource_version or self.relist_requested.is_set():
+                    self._relists["initial" if first else "requested"
+                                  if self.relist_requested.is_set() else "expired"].inc()
+                    # Cleared before the list, not after: a request made while it is read
+                    # (the cache lost mid-list) may postdate what it read, and lists again.
+                    self.relist_requested.clear()
+                    self.list(api, initial=first)
+                    first = False
+                    if self.relist_requested.is_set():
+                        continue  # asked for again while listing: list again, not watch
+
+                self.watch(api)
+                delay = FIRST_RETRY
+            except cache.StaleTerm as exc:
+                # A newer leader writes the cache: this process's leadership is over, whatever
+                # its elector has not noticed yet. Every stream of the term stops.
+                log.warning("%s: %s; stopping the streams of this term", self.gvr.id, exc)
+                self._note("error", str(exc))
+                self.stop_event.set()
+                break
+            except Gone:
+                self._note("relist")
+                self.resource_version = ""
+                log.info("%s: resourceVersion expired, relisting", self.gvr.id)
+            except Exception as exc:
+                if self.stop_event.is_set():
+                    break  # aborted: we closed the watch ourselves
+                if self.relist_requested.is_set():
+                    continue  # we closed the watch ourselves, to relist
+                self._note("error", f"{type(exc).__name__}: {exc}")
+                self._errors.inc()
+                log.warning("%s: %s; reconnecting in %.1fs", self.gvr.id, exc, delay)
+                self.stop_event.wait(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 30.0)
+        self._note("stopped")
+        api.close()
+
+    def resume(self) -> bool:
+        """Take over the cache where the previous watcher of this scope left it, if its marker
+        still lives: what it knew is what the cache holds, and the watch goes on from its last
+        change. False: list."""
+        resource_version = cache.resume_point(self.gvr, self.namespace, self._stream)
+        if not resource_version:
+            return False
+        if self.indexes:  # this watcher's index functions may differ from its predecessor's
+            self.known = Known(self.gvr, self.namespace,
+                               cache.objects(self.gvr, self.namespace))
+            pipe = cache.Writes(self.term)
+            self._refile_all(self.known.all(), pipe)
+            pipe.execute()
+        else:
+            self.known = Known.reading_through(self.gvr, self.namespace)
+        self.resource_version = resource_version
+        log.info("%s: resuming the watch at resourceVersion %s (%d cached objects)",
+                 self.gvr.id, resource_version, len(self.known))
+        self._note("resumed")
+        return True
+
+    def list(self, api, initial: bool = False) -> None:
+        """Paginated LIST; replace this scope of the cache and report every difference."""
+        seen: dict[str, dict] = {}
+        token = ""
+        page = settings().list_page_size
+        while True:
+            query: dict = {"limit": page, **self._selectors()} if page else self._selectors()
+            if token:
+                query["continue"] = token
+            try:
+                body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
+                                    timeout=(10, 120),
+                                    accept=kube.METADATA_LIST if self.scope.metadata_only
+                                    else kube.JSON)
+            except kube.ApiError as exc:
+                if exc.status != 410 or not token:
+                    raise
+                # The continue token expired mid-list (a very slow list): start again in one
+                # unpaginated request, as client-go's pager does, rather than for ever.
+                log.info("%s: list continuation expired; listing in one request", self.gvr.id)
+                seen.clear()
+                token, page = "", 0
+                continue
+            for obj in body.get("items") or []:
+                self._typed(obj)
+                meta = obj["metadata"]
+                seen[object_path(meta.get("namespace"), meta["name"])] = cache.sanitize(obj)
+            token = (body.get("metadata") or {}).get("continue") or ""
+            if not token:
+                rv = body["metadata"]["resourceVersion"]
+                break
+        if initial:
+            # After a restart nothing is in memory: the shared cache tells what existed - in
+            # this stream's namespace only, and whole, so a child deleted while no watcher ran
+            # still names its owner.
+            previous = cache.objects(self.gvr, self.namespace)
+        else:
+            previous = self.known.all()
+        vanished = set(previous) - set(seen)
+        changes = [(Trigger.ADDED if previous.get(path) is None else Trigger.RELIST,
+                    previous.get(path), obj, self._change(path, obj, False))
+                   for path, obj in seen.items() if _rv(previous.get(path)) != _rv(obj)]
+        changes += [(Trigger.DELETED, previous[path], None,
+                     self._change(path, previous[path], True)) for path in vanished]
+        pipe = cache.Writes(self.term)
+        cache.put_many(self.gvr, seen.values(), pipe)
+        for path in vanished:
+            ns, name = split_object_path(path)
+            cache.delete(self.gvr, ns or None, name, pipe)
+        self._refile_all(seen, pipe)
+        for *_, change in changes:
+            cache.journal(change, pipe)
+        # The position in the same transaction as the objects: a watcher dying in between
+        # would leave newer objects under an older position, for a successor to resume from
+        # and replay older events over.
+        cache.mark_synced(self.gvr, self.namespace, rv, self._stream, pipe)
+        pipe.execute()
+        self.known = Known(self.gvr, self.namespace, seen)
+        self.resource_version = rv
+        for trigger, old, new, change in changes:
+            self.deliver(trigger, old, new, change)
+        self._note("listed")
+
+    def watch(self, api) -> None:
+        conf = settings()
+        timeout = random.randint(conf.watch_timeout_min, conf.watch_timeout_max)
+        query = {"watch": "true", "resourceVersion": self.resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout, **self._selectors()}
+        try:
+            resp = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
+                                timeout=(10, conf.watch_inactivity), stream=True,
+                                accept=kube.METADATA if self.scope.metadata_only else kube.JSON)
+        except kube.ApiError as exc:
+            if exc.status == 410:
+                raise Gone(exc.message) from None
+            raise
+        self._resp = resp
+        # A relist or a stop asked for before there was a watch to close: the asker found
+        # no ``_resp``, so this thread looks now (else a quiet watch would hold it).
+        if self.relist_requested.is_set() or self.stop_event.is_set():
+            self._resp = None
+            resp.release_conn()
+            resp.close()
+            return
+        self._note("connected")
+        try:
+            for event in kube.watch_events(resp, self.stop_event, self.relist_requested):
+                self.handle(event)
+        finally:
+            self._resp = None
+            resp.release_conn()
+            resp.close()
+
+    # --- events ----------------------------------------------------------------------------
+
+    def handle(self, event: dict) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone(obj.get("message", ""))
+            raise kube.ApiError.from_watch_error(obj)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        counter = self._events.get(kind)
+        if counter is not None:
+            counter.inc()
+        if kind == "BOOKMARK":
+            self.resource_version = rv or self.resource_version
+            pipe = cache.Writes(self.term)
+            cache.advance(self.gvr, self.namespace, self.resource_version, self._stream, pipe)
+            pipe.execute()
+            self.known.complete_if_due()
+            return
+        self._typed(obj)
+        meta = obj["metadata"]
+        path = object_path(meta.get("namespace"), meta["name"])
+        old = self.known.get(path)
+        existed = old is not None
+        # One transaction per event: the object (or its removal), its index entries, the
+        # journalled change and the stream's position land together or not at all.
+        pipe = cache.Writes(self.term)
+        if kind == "DELETED":
+            trigger, old, new = Trigger.DELETED, old or cache.sanitize(obj), None
+            change = self._change(path, old, True) if self._wanted(old, None) else None
+            cache.delete(self.gvr, meta.get("namespace"), meta["name"], pipe)
+        else:
+            trigger = Trigger.ADDED if kind == "ADDED" else Trigger.MODIFIED
+            new = cache.sanitize(obj)
+            change = self._change(path, new, False) if self._wanted(old, new) else None
+            cache.put_many(self.gvr, [new], pipe)
+        self._reindex(path, old, new, pipe)
+        if change is not None:
+            cache.journal(change, pipe)
+        cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream, pipe)
+        pipe.execute()
+        if new is None:
+            self.known.remove(path, existed)
+        else:
+            self.known.put(path, new, existed)
+        self.deliver(trigger, old, new, change)
+        self.resource_version = rv or self.resource_version
+        self._note("event")
+        self.known.complete_if_due()
+
+    def _wanted(self, old: dict | None, new: dict | None) -> bool:
+        """Whether to journal this change: a change no reconciler's predicates let through
+        (say, a status write when only generations count) has no keys to lose."""
+        return self.wants is None or self.wants(old, new)
+
+    def _selectors(self) -> dict:
+        out = {}
+        if self.scope.selector:
+            out["labelSelector"] = self.scope.selector
+        if self.scope.fields:
+            out["fieldSelector"] = self.scope.fields
+        return out
+
+    def _typed(self, obj: dict) -> None:
+        """List items carry no apiVersion/kind, metadata-only ones say PartialObjectMetadata:
+        the cache holds each as what it is."""
+        if self.scope.metadata_only or "kind" not in obj:
+            obj["apiVersion"], obj["kind"] = self.gvr.api_version, self.gvr.kind
+
+    # --- indexes ---------------------------------------------------------------------------
+
+    def _values(self, obj: dict | None) -> dict[str, set[str]]:
+        """Each index's values for ``obj``. An index function that raises files the object
+        under nothing (logged): a malformed object never stops the stream."""
+        out = {}
+        for name, index in self.indexes.items():
+            try:
+                out[name] = index.values(obj)
+            except Exception:
+                log.exception("%s: index %r failed on %s", self.gvr.id, name,
+                              ((obj or {}).get("metadata") or {}).get("name"))
+                out[name] = set()
+        return out
+
+    def _reindex(self, path: str, old: dict | None, new: dict | None, pipe) -> None:
+        if self.indexes:
+            cache.reindex(self.gvr, self.namespace, path, self._values(old), self._values(new),
+                          pipe)
+
+    def _refile_all(self, seen: dict, pipe) -> None:
+        """After a list every index set of this scope is rebuilt, not patched: a new watcher
+        may have other index functions, and a relist after Redis lost the cache finds the
+        sets gone while the objects look unchanged."""
+        cache.reset_indexes(self.gvr, self.namespace, self.indexes, pipe)
+        for path, obj in seen.items():
+            self._reindex(path, None, obj, pipe)
+
+    def _change(self, path: str, obj: dict, deleted: bool) -> cache.Change:
+        self._changes += 1
+        return cache.Change(self.gvr.id, path, obj, deleted, f"{self._run_id}:{self._changes}")
+
+    def _note(self, what: str, error: str = "") -> None:
+        if self.status is not None:
+            self.status.note(what, self.resource_version, error)
+
+
+def _rv(obj: dict | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
