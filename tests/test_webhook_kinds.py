@@ -10,7 +10,7 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers._webhooks import admission, webhooks
+from reconcilers._webhooks import admission, registration
 from reconcilers.api import ValidationError, Webhook
 from reconcilers.resources import Registry, Resource, fields
 
@@ -133,7 +133,7 @@ def test_a_core_kind_is_found_by_its_plural_alone(registered):
 
 
 def test_the_configurations_carry_each_kinds_operations_and_a_three_part_name():
-    configs = webhooks.configurations([Keepsake, DeploymentPolicy, PodDeletions],
+    configs = registration.configurations([Keepsake, DeploymentPolicy, PodDeletions],
                                       ca_bundle=b"CA", url="https://127.0.0.1:9443")
     validating = {w["name"]: w["rules"] for w in configs[0]["webhooks"]}
     mutating = {w["name"]: w["rules"] for w in configs[1]["webhooks"]}
@@ -176,6 +176,6 @@ def test_a_webhook_class_on_a_kind_a_resource_declares_is_refused(monkeypatch):
     kinds.register(Keepsakes)
     resources.register(Keepsake)
     monkeypatch.setattr(admission, "webhook_registry", kinds)
-    monkeypatch.setattr(webhooks, "default_registry", resources)
+    monkeypatch.setattr(registration, "default_registry", resources)
     with pytest.raises(ImproperlyConfigured, match="which a resource class declares"):
-        webhooks.hooked_resources()
+        registration.hooked_resources()

@@ -9,7 +9,7 @@ import shutil
 import time
 
 from reconcilers._base import metrics
-from reconcilers._webhooks import webhooks, server
+from reconcilers._webhooks import certificates, server
 
 
 def _pair_der(context) -> bytes:
@@ -39,8 +39,8 @@ def _der(path) -> bytes:
 
 
 def test_a_replaced_pair_is_served_from_the_next_look_and_a_broken_one_keeps_the_old(tmp_path):
-    first = webhooks.ensure_certificates(tmp_path / "a", ["127.0.0.1"])
-    second = webhooks.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
+    first = certificates.ensure_certificates(tmp_path / "a", ["127.0.0.1"])
+    second = certificates.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
     live = tmp_path / "live"
     shutil.copytree(tmp_path / "a", live)
     pair = server.CertificatePair(live / "tls.crt", live / "tls.key", every=0)
@@ -59,8 +59,8 @@ def test_a_replaced_pair_is_served_from_the_next_look_and_a_broken_one_keeps_the
 
 
 def test_the_files_are_looked_at_no_more_than_every_interval(tmp_path):
-    webhooks.ensure_certificates(tmp_path / "a", ["127.0.0.1"])
-    second = webhooks.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
+    certificates.ensure_certificates(tmp_path / "a", ["127.0.0.1"])
+    second = certificates.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
     live = tmp_path / "live"
     shutil.copytree(tmp_path / "a", live)
     pair = server.CertificatePair(live / "tls.crt", live / "tls.key", every=0.3)
@@ -90,7 +90,7 @@ def _call(method: str, path: str, body: bytes = b"") -> tuple[str, bytes]:
 def test_readyz_follows_the_pair_and_hook_calls_are_counted_by_path(tmp_path, monkeypatch):
     monkeypatch.setattr(server, "_pair", None)
     assert _call("GET", "/readyz")[0].startswith("503")
-    made = webhooks.ensure_certificates(tmp_path, ["127.0.0.1"])
+    made = certificates.ensure_certificates(tmp_path, ["127.0.0.1"])
     monkeypatch.setattr(server, "_pair",
                         server.CertificatePair(made.cert, made.key))
     assert _call("GET", "/readyz")[0] == "200 OK"

@@ -1,2 +1,3 @@
-"""Admission and conversion webhooks: what a hook answers (``admission``), certificates,
-configurations and routing (``webhooks``), and the HTTPS server (``server``)."""
+"""Admission and conversion webhooks: what a hook answers (``admission``), one request's answer
+(``routes``), each call's record (``calls``), the serving pair (``certificates``), what the
+api-server is told (``registration``), and the HTTPS server (``server``)."""

@@ -1,4 +1,4 @@
-"""The webhook server: ``webhooks.respond`` on gunicorn's threaded worker, over TLS.
+"""The webhook server: ``routes.respond`` on gunicorn's threaded worker, over TLS.
 
 Why gunicorn's ``gthread`` worker (docs/writing/webhooks.md says it at length): it is already what the
 project's web role runs, its master restarts a worker that dies, and it offers each thing the
@@ -46,7 +46,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers import gthread
 
 from reconcilers._base import metrics
-from reconcilers._webhooks import webhooks
+from reconcilers._webhooks import routes
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def readiness() -> tuple[bool, str]:
 
 
 def application(environ, start_response):
-    """``webhooks.respond`` as a WSGI application, plus ``GET /readyz`` (the serving pair
+    """``routes.respond`` as a WSGI application, plus ``GET /readyz`` (the serving pair
     loaded and unexpired) and ``GET /metrics`` (this server's figures); the hook paths are
     counted as controller-runtime counts its webhooks, by path."""
     method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
@@ -168,14 +168,14 @@ def application(environ, start_response):
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    if path not in webhooks.HOOK_PATHS:
-        return _answer(start_response, *webhooks.respond(method, path, b""))
+    if path not in routes.HOOK_PATHS:
+        return _answer(start_response, *routes.respond(method, path, b""))
     started = time.perf_counter()
     in_flight = metrics.webhook_requests_in_flight.labels(path)
     in_flight.inc()
     try:
-        body = environ["wsgi.input"].read(length) if 0 < length <= webhooks.MAX_BODY else b""
-        status, payload, then = webhooks.respond(method, path, body)
+        body = environ["wsgi.input"].read(length) if 0 < length <= routes.MAX_BODY else b""
+        status, payload, then = routes.respond(method, path, body)
     except Exception:
         metrics.webhook_requests_total.labels(path, "500").inc()
         raise
@@ -210,7 +210,7 @@ class _AfterResponse:
 def count_from_zero() -> None:
     """Each hook path's series at 0 before its first call, as controller-runtime starts
     them (``code`` 200 and 500), so dashboards and alerts see them on a fresh server."""
-    for path in webhooks.HOOK_PATHS:
+    for path in routes.HOOK_PATHS:
         metrics.webhook_requests_total.labels(path, "200")
         metrics.webhook_requests_total.labels(path, "500")
         metrics.webhook_requests_in_flight.labels(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from reconcilers._webhooks import webhooks as webhook_certs
+from reconcilers._webhooks import certificates
 from tests.e2e.test_webhooks import _create, _until_registered, foo, served
 from tests.helpers import wait_for
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 TIMEOUT = 3  # --request-timeout of the servers below, seconds
 
 
-def _secret_volume(directory: Path, pair: webhook_certs.Certificates, version: str) -> None:
+def _secret_volume(directory: Path, pair: certificates.Certificates, version: str) -> None:
     """Lay ``pair`` out as the kubelet does a Secret: ``tls.crt -> ..data/tls.crt``, with
     ``..data`` a symlink to a timestamped directory, swapped in one rename."""
     versioned = directory / f"..{version}"
@@ -49,7 +49,7 @@ def _peer_certificate(port: int, ca: Path) -> bytes:
             return tls.getpeercert(binary_form=True)
 
 
-def _der(pair: webhook_certs.Certificates) -> bytes:
+def _der(pair: certificates.Certificates) -> bytes:
     return ssl.PEM_cert_to_DER_cert(pair.cert.read_text())
 
 
@@ -70,8 +70,8 @@ def test_certificate_files_replaced_under_the_server_serve_the_api_servers_next_
                        register=False)
     hooks = next(hooks_gen)
     try:
-        first = webhook_certs.ensure_certificates(hooks.dir, ["127.0.0.1"])  # served()'s own
-        second = webhook_certs.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
+        first = certificates.ensure_certificates(hooks.dir, ["127.0.0.1"])  # served()'s own
+        second = certificates.ensure_certificates(tmp_path / "b", ["127.0.0.1"])
         live = tmp_path / "live"
         _secret_volume(live, first, "2026_01")
         hooks.proc.stop()  # restarted on `live`, the files the test replaces
@@ -106,7 +106,7 @@ def test_certificate_files_replaced_under_the_server_serve_the_api_servers_next_
         assert "webhook certificate reloaded" in hooks.proc.log()
 
         # A pair that does not load (a key from elsewhere) keeps the one served.
-        third = webhook_certs.ensure_certificates(tmp_path / "c", ["127.0.0.1"])
+        third = certificates.ensure_certificates(tmp_path / "c", ["127.0.0.1"])
         broken = live / "..2026_03"
         broken.mkdir()
         (broken / "tls.crt").write_bytes(third.cert.read_bytes())

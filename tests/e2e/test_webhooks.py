@@ -86,8 +86,8 @@ class Webhooks:
         too, handed back to its previous server at the end of the test."""
         if only != "admission" and self.previous is None:
             from reconcilers._kube import kube
-            from reconcilers._webhooks import webhooks
-            self.previous = webhooks.conversion_configs(kube.api_client(), CONVERTING)
+            from reconcilers._webhooks import registration
+            self.previous = registration.conversion_configs(kube.api_client(), CONVERTING)
         self.manage("register", "--url", f"https://127.0.0.1:{self.port}",
                     "--ca", str(ca or self.dir / "ca.crt"), "--name", self.name,
                     "--failure-policy", failure_policy, "--timeout", "5",
@@ -97,9 +97,9 @@ class Webhooks:
     def hand_back(self) -> None:
         if self.previous:
             from reconcilers._kube import kube
-            from reconcilers._webhooks import webhooks
-            webhooks.restore_conversions(kube.api_client(), self.previous,
-                                         f"https://127.0.0.1:{self.port}")
+            from reconcilers._webhooks import registration
+            registration.restore_conversions(kube.api_client(), self.previous,
+                                             f"https://127.0.0.1:{self.port}")
 
 
 def served(kube, namespace: str, start_process, tmp_path: Path,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers._webhooks import webhooks
+from reconcilers._webhooks import registration
 from reconcilers._base.conf import settings
 from reconcilers.resources import autodiscover, default_registry
 from reconcilers.resources.manifests import CURRENT, Manifest, plan_manifests, write_manifests
@@ -35,10 +35,10 @@ class Command(BaseCommand):
             manifests = plan_manifests(default_registry.for_apps(app_labels))
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
-        hooked = webhooks.hooked_resources()
+        hooked = registration.hooked_resources()
         if settings().webhook_manifests and hooked and not app_labels:
             manifests.append(Manifest(None, Path(settings().webhook_manifests),
-                                      webhooks.cluster_manifests_yaml(hooked)))
+                                      registration.cluster_manifests_yaml(hooked)))
         if check:
             outdated = [m for m in manifests if m.state != CURRENT]
             if outdated:

@@ -31,7 +31,7 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError
 
 from reconcilers._kube import kube
-from reconcilers._webhooks import server, webhooks
+from reconcilers._webhooks import certificates, registration, server
 from reconcilers.resources import autodiscover
 
 
@@ -109,12 +109,12 @@ class Command(BaseCommand):
         getattr(self, f"_{action}")(**options)
 
     def _certs(self, dir: Path, host: list[str], **_) -> None:  # noqa: A002 - the option's name
-        made = webhooks.ensure_certificates(dir, host)
+        made = certificates.ensure_certificates(dir, host)
         self.stdout.write(f"CA {made.ca}\ncertificate {made.cert}\nkey {made.key}")
 
     @staticmethod
     def _hooked(timeout: int, only: str | None = None) -> list:
-        resources = webhooks.hooked_resources()
+        resources = registration.hooked_resources()
         if only == "conversion":
             resources = [r for r in resources if r._meta.converts]
         if not resources:
@@ -126,7 +126,7 @@ class Command(BaseCommand):
 
     def _manifests(self, namespace: str, service_name: str, service_port: int,
                    failure_policy: str, timeout: int, name: str, **_) -> None:
-        self.stdout.write(webhooks.cluster_manifests_yaml(
+        self.stdout.write(registration.cluster_manifests_yaml(
             self._hooked(timeout), namespace=namespace, service=service_name,
             port=service_port, failure_policy=failure_policy, timeout=timeout, name=name),
             ending="")
@@ -146,12 +146,12 @@ class Command(BaseCommand):
             except ValueError:
                 raise CommandError("--service is NAMESPACE/NAME:PORT") from None
         labels = dict(item.split("=", 1) for item in namespace_label if "=" in item)
-        configs = webhooks.configurations(
+        configs = registration.configurations(
             resources, ca_bundle=ca.read_bytes(), url=url, service=target,
             failure_policy=failure_policy, timeout=timeout,
             namespace_selector={"matchLabels": labels} if labels else None, name=name)
-        conversions = webhooks.conversion_patches(resources, ca_bundle=ca.read_bytes(), url=url,
-                                                  service=target)
+        conversions = registration.conversion_patches(resources, ca_bundle=ca.read_bytes(),
+                                                      url=url, service=target)
         if only == "conversion":
             configs = []
         elif only == "admission":
@@ -163,14 +163,14 @@ class Command(BaseCommand):
                                   f"{json.dumps(patch)}'\n")
             return conversions
         try:
-            for applied in webhooks.register(kube.api_client(), configs, conversions):
+            for applied in registration.register(kube.api_client(), configs, conversions):
                 self.stdout.write(applied if ": " in applied else f"{applied}: applied")
         except kube.ApiError as exc:
             raise CommandError(f"registering the webhooks failed: {exc.message}") from exc
         return conversions
 
     def _unregister(self, name: str, **_) -> None:
-        webhooks.unregister(kube.api_client(), name)
+        registration.unregister(kube.api_client(), name)
         self.stdout.write(f"{name}: webhook configurations deleted")
 
     def _serve(self, bind: str, port: int, cert: Path | None, key: Path | None,
@@ -182,7 +182,7 @@ class Command(BaseCommand):
         if cert is None or key is None:
             if certs_dir is None or not host:
                 raise CommandError("give --cert and --key, or --certs-dir and --host")
-            made = webhooks.ensure_certificates(certs_dir, host)
+            made = certificates.ensure_certificates(certs_dir, host)
             cert, key, ca = made.cert, made.key, made.ca
         for path in (cert, key):
             if not path.exists():
@@ -207,9 +207,10 @@ class Command(BaseCommand):
             nonlocal later
             if register:
                 if options.get("only") != "admission":
-                    previous.update(webhooks.conversion_configs(
-                        kube.api_client(), [r._meta.crd_name for r in webhooks.hooked_resources()
-                                            if r._meta.converts]))
+                    converting = [r._meta.crd_name for r in registration.hooked_resources()
+                                  if r._meta.converts]
+                    previous.update(registration.conversion_configs(kube.api_client(),
+                                                                    converting))
                 conversions = self._register(url=url, service=None, ca=ca, name=name,
                                              print=False, **options)
                 waiting = [(crd, patch) for crd, patch in conversions if crd not in previous]
@@ -218,7 +219,7 @@ class Command(BaseCommand):
                                              args=(waiting, previous, stop))
                     later.start()
             self.stdout.write(f"webhooks on https://{bind}:{port} "
-                              f"({len(webhooks.hooked_resources())} resource(s))")
+                              f"({len(registration.hooked_resources())} resource(s))")
 
         try:
             server.serve(bind, port, cert, key, options=held, ready=listening)
@@ -237,11 +238,11 @@ class Command(BaseCommand):
         while waiting and not stop.wait(1):
             for item in list(waiting):
                 try:
-                    live = webhooks.conversion_configs(api, [item[0]])
+                    live = registration.conversion_configs(api, [item[0]])
                     if item[0] not in live:
                         continue
                     previous.update(live)
-                    webhooks.register(api, [], [item])
+                    registration.register(api, [], [item])
                 except kube.ApiError as exc:
                     self.stderr.write(f"CustomResourceDefinition/{item[0]}: registering "
                                       f"its conversion failed: {exc.message}")
@@ -254,7 +255,7 @@ class Command(BaseCommand):
         """Conversion first (a CRD left calling a stopped server blocks namespace deletion),
         then the configurations; a failure of one does not skip the other."""
         try:
-            for crd in webhooks.restore_conversions(kube.api_client(), previous, url):
+            for crd in registration.restore_conversions(kube.api_client(), previous, url):
                 self.stdout.write(f"CustomResourceDefinition/{crd}: conversion handed back")
         except kube.ApiError as exc:
             self.stderr.write(f"handing conversion back failed: {exc.message}")
