@@ -38,7 +38,7 @@ def process(k: Key, token: int, outcome: str = "success", attempts: int = 0,
             delay: float | None = None, max_countdown: float = 300) -> ledger.Dispatch | None:
     claim = ledger.claim(k, token, "test", LEASE)
     assert claim is not None, f"claim of {k} with token {token} failed"
-    return ledger.finish(claim, Decision(outcome, attempts, delay), max_countdown)
+    return ledger.finish(claim, Decision(outcome, attempts, delay), max_countdown).follow_up
 
 
 def item(k: Key) -> WorkItem:
@@ -79,11 +79,11 @@ def test_add_while_processing_reruns_once_after_done():
     assert ledger.enqueue([key("a")], "modified") == []  # no second message while running
     assert ledger.enqueue([key("a")], "modified") == []
     assert item(key("a")).dirty is True
-    follow = ledger.finish(claim, Decision("success", 0), 300)
+    follow = ledger.finish(claim, Decision("success", 0), 300).follow_up
     assert follow is not None and follow.countdown is None
     second = ledger.claim(key("a"), follow.token, "w", LEASE)
     assert second.triggers == ["modified"]
-    assert ledger.finish(second, Decision("success", 0), 300) is None
+    assert ledger.finish(second, Decision("success", 0), 300).follow_up is None
     assert item(key("a")).state == "idle"
 
 
@@ -93,14 +93,14 @@ def test_a_debounced_rerun_waits_and_gathers_every_change_meanwhile():
     (d,) = ledger.enqueue([key("a")], "added")
     claim = ledger.claim(key("a"), d.token, "w", LEASE)
     ledger.enqueue([key("a")], "modified")
-    follow = ledger.finish(claim, Decision("success", 0), 300, debounce=0.5)
+    follow = ledger.finish(claim, Decision("success", 0), 300, debounce=0.5).follow_up
     assert follow is not None and follow.countdown == 0.5
     row = item(key("a"))
     assert row.state == "queued" and row.due_at is not None
     assert [ledger.enqueue([key("a")], t) for t in ("modified", "resync")] == [[], []]
     second = ledger.claim(key("a"), follow.token, "w", LEASE)
     assert second.triggers == ["modified", "resync"]
-    assert ledger.finish(second, Decision("success", 0), 300, debounce=0.5) is None
+    assert ledger.finish(second, Decision("success", 0), 300, debounce=0.5).follow_up is None
     assert item(key("a")).state == "idle"
     # A quiet key's first change is not delayed: debounce only spaces re-runs.
     assert ledger.enqueue([key("a")], "modified")[0].countdown is None
@@ -116,7 +116,8 @@ def test_failures_back_off_exponentially_and_success_forgets():
     for failures in (1, 2, 3):
         claim = ledger.claim(key("a"), token, "w", LEASE)
         assert claim.attempts == failures - 1
-        follow = ledger.finish(claim, Decision("error", failures, backoff.delay(failures)), 300)
+        follow = ledger.finish(claim, Decision("error", failures, backoff.delay(failures)),
+                               300).follow_up
         assert follow.countdown == backoff.delay(failures)
         assert item(key("a")).state == "backoff"
         time.sleep(follow.countdown)
@@ -230,7 +231,7 @@ def test_ending_a_run_can_claim_the_next_key_in_the_same_statement():
     first = ledger.claim(key("a"), da.token, "w", LEASE)
     ledger.enqueue([key("a")], "modified")  # seen during the run: dirty
     then = ledger.ClaimRequest(key("b"), db.token, "w", LEASE)
-    follow, record_id, second = ledger.finish_recorded_then_claim(
+    follow, record_id, second = ledger.finish(
         first, Decision("success", 0), 300, 0.0, _row(first, Decision("success", 0)), then)
     assert follow[:2] == (key("a"), da.token + 1) and record_id > 0
     assert second is not None and second.key == key("b") and second.triggers == ["added"]
@@ -238,12 +239,12 @@ def test_ending_a_run_can_claim_the_next_key_in_the_same_statement():
     assert ReconcileRecord.objects.get(pk=record_id).name == "a"
 
     stale = ledger.ClaimRequest(key("c"), dc.token + 1, "w", LEASE)
-    follow, _, nothing = ledger.finish_recorded_then_claim(
+    follow, _, nothing = ledger.finish(
         second, Decision("success", 0), 300, 0.0, _row(second, Decision("success", 0)), stale)
     assert follow is None and nothing is None
     assert item(key("b")).state == "idle" and item(key("c")).state == "queued"
     with pytest.raises(ValueError):  # its own key: that message waits for this run's end
-        ledger.finish_recorded_then_claim(second, Decision("success", 0), 300, 0.0,
+        ledger.finish(second, Decision("success", 0), 300, 0.0,
                                           _row(second, Decision("success", 0)),
                                           ledger.ClaimRequest(key("b"), 1, "w", LEASE))
 
@@ -259,7 +260,7 @@ def test_a_run_that_lost_its_lease_still_hands_on_the_key_it_claimed_next():
     time.sleep(0.2)
     reap()
     with pytest.raises(ledger.LeaseLost) as lost:
-        ledger.finish_recorded_then_claim(slow, Decision("success", 0), 300, 0.0,
+        ledger.finish(slow, Decision("success", 0), 300, 0.0,
                                           _row(slow, Decision("success", 0)),
                                           ledger.ClaimRequest(key("b"), db.token, "w", LEASE))
     assert lost.value.next_claim is not None and lost.value.next_claim.key == key("b")
@@ -352,7 +353,7 @@ def test_many_producers_and_consumers_never_process_a_key_twice_at_once():
             time.sleep(0.001)
             with lock:
                 in_flight[d.key] -= 1
-            follow = ledger.finish(claim, Decision("success", 0), 300)
+            follow = ledger.finish(claim, Decision("success", 0), 300).follow_up
             if follow is not None:
                 with lock:
                     pending.append(follow)
@@ -496,7 +497,7 @@ def test_ending_a_run_and_claiming_the_next_key_never_deadlocks_with_an_enqueue(
 
         def end_and_claim() -> None:
             assert holds_next.wait(5)
-            ledger.finish_recorded_then_claim(running, decision, 300, 0.0,
+            ledger.finish(running, decision, 300, 0.0,
                                               _row(running, decision), then)
 
         assert _race(enqueue_in_key_order, end_and_claim) == []

@@ -144,9 +144,8 @@ def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
                                error_message="it broke", traceback="Traceback ..."), facts
 
     claim, decision, facts = run_once("fast")
-    _, record_id = ledger.finish_recorded(claim, decision, 300, 0.0,
-                                          history.as_row(history.new_values(claim, decision,
-                                                                            facts)))
+    _, record_id, _ = ledger.finish(claim, decision, 300, 0.0,
+                                    history.as_row(history.new_values(claim, decision, facts)))
     claim2, decision2, facts2 = run_once("orm")
     saved = history.record_run(claim2, decision2, facts2)
     ledger.finish(claim2, decision2, 300)

@@ -55,7 +55,8 @@ def test_messages_wait_for_the_commit_and_vanish_with_a_rollback(sent):
 def test_a_failed_run_sends_its_retry_as_a_new_message_with_a_new_id(sent):
     workqueue.add([KEY], "added")
     claim = workqueue.claim(KEY, 1, "w", 60)
-    follow = workqueue.done(claim, Decision("error", 1, 0.005, "retry", error_message="boom"))
+    follow = workqueue.done(claim, Decision("error", 1, 0.005, "retry",
+                                            error_message="boom")).follow_up
     assert sent[-1] == (KEY, follow.token, 0.005, f"{KEY}#{follow.token}")
     assert follow.token == 2
 

@@ -9,7 +9,7 @@ clock, so it is atomic across every worker process and host:
                matches: a stale or duplicate message claims nothing and is dropped.
 - ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
                holder of the current token; with the run's history row, and with the claim of
-               the key its thread runs next (``finish_recorded_then_claim``), in one statement.
+               the key its thread runs next, in the same statement.
 - ``reap``     recover what a crash or a lost message left behind (beat).
 
 A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
@@ -203,7 +203,7 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
 
 
 def _claim_sql(only: str = "") -> str:
-    """The claim; ``only``: a condition more, ``_finish`` locking its rows in order."""
+    """The claim; ``only``: a condition more, ``finish`` locking its rows in order."""
     return f"""
     UPDATE {TABLE} SET
         state = 'running', started_at = now(),
@@ -273,13 +273,29 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     return request.claim(row, started)
 
 
-def finish(claim_: Claim, decision: Decision, max_countdown: float,
-           debounce: float = 0.0) -> Dispatch | None:
-    """running -> idle | backoff | queued. Returns the message to send, if any.
+class Finished(NamedTuple):
+    """How ending a run went: the message to send for its key (``None``: none), the id of
+    its history row (0 when none was written) and the run claimed next (``None``: none asked
+    for, or that message was stale)."""
+
+    follow_up: Dispatch | None
+    record_id: int
+    next_claim: Claim | None = None
+
+
+def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float = 0.0,
+           record: Row | None = None, then: ClaimRequest | None = None) -> Finished:
+    """running -> idle | backoff | queued, in one statement: the only way a run ends.
+
+    ``record``: the run's history row, inserted by the same statement only if the run still
+    held its key - a recorded run is a finished run, atomic without a transaction.
+    ``then``: the key the same run thread takes up next, claimed by the same statement too
+    (client-go's ``Done`` then ``Get`` in one round trip); both or neither happen.
 
     Raises ``LeaseLost`` when the run no longer holds its key (its lease expired and the reaper
-    gave the key to another run): such a run is not a finished run, and its caller rolls back
-    the history it was about to write - the reaper already recorded it as lost.
+    gave the key to another run): such a run is not a finished run and writes no record - the
+    reaper already recorded it as lost. The next key's claim still stands then: it is the
+    exception's ``next_claim``, so that key is never left running with nobody running it.
 
     Dirty wins over everything: an event arrived during the run, so the key runs again - now,
     or after ``debounce`` seconds: it stays queued (events meanwhile are merged into it, as for
@@ -287,34 +303,8 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float,
     is sent as a Celery countdown; a longer one stays in the ledger (``dispatched_at`` NULL)
     until the due sweep sends it.
     """
-    return _finish(claim_, decision, max_countdown, debounce, None)[0]
-
-
-def finish_recorded(claim_: Claim, decision: Decision, max_countdown: float,
-                    debounce: float, record: Row) -> tuple[Dispatch | None, int]:
-    """``finish``, and the run's history row inserted by the same statement only if the run
-    still held its key: one round trip, atomic without a transaction. Returns the follow-up
-    message and the row's id."""
-    follow_up, record_id, _ = _finish(claim_, decision, max_countdown, debounce, record)
-    return follow_up, record_id
-
-
-def finish_recorded_then_claim(claim_: Claim, decision: Decision, max_countdown: float,
-                               debounce: float, record: Row, then: ClaimRequest,
-                               ) -> tuple[Dispatch | None, int, Claim | None]:
-    """``finish_recorded``, and the claim of the key the same run thread takes up next, in one
-    statement: client-go's ``Done`` then ``Get`` in one round trip, for a worker that has keys
-    waiting. Both or neither happen (one statement). Returns the follow-up message, the
-    record's id and the next run (``None``: that message is stale, drop it). A finish that
-    lost its key raises ``LeaseLost`` with the next run in ``next_claim``: the claim stands."""
-    if then.key == claim_.key:
+    if then is not None and then.key == claim_.key:
         raise ValueError("a run's own key cannot be claimed by the statement that ends it")
-    return _finish(claim_, decision, max_countdown, debounce, record, then)
-
-
-def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float,
-            record: Row | None, then: ClaimRequest | None = None,
-            ) -> tuple[Dispatch | None, int, Claim | None]:
     locked = _LOCKED if then is not None else ""
     update = f"""
             UPDATE {TABLE} SET
@@ -386,12 +376,12 @@ def _finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: f
     state, token, dispatched, at = row[:4]
     record_id = row[4] if record is not None else 0
     if state == State.QUEUED:
-        return (Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
-                record_id, next_claim)
+        return Finished(Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
+                        record_id, next_claim)
     if state == State.BACKOFF and dispatched:
-        return (Dispatch(claim_.key, token, countdown=decision.delay, at=float(at)),
-                record_id, next_claim)
-    return None, record_id, next_claim
+        return Finished(Dispatch(claim_.key, token, countdown=decision.delay, at=float(at)),
+                        record_id, next_claim)
+    return Finished(None, record_id, next_claim)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ surrounding transaction commits:
 - ``add(keys, trigger)``   enqueue (dedup; a running key is only marked dirty). Batched.
 - ``claim(key, token)``    a message becomes a run, or is recognised as stale and dropped.
 - ``done(claim, decision)``the run's ``Decision`` moves the key on: idle, backoff (retry after
-                           the per-key backoff), or queued again (dirty).
+                           the per-key backoff), or queued again (dirty) - with the run's
+                           history row and the claim of the next key, in one statement.
 - ``pause(keys)``          pause / resume.
 - ``reap()``               recover lost runs, lost messages and due retries (beat).
 
@@ -36,13 +37,13 @@ from reconcilers._queue import ledger
 from reconcilers._base import metrics
 from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
-from reconcilers._queue.ledger import (Backlog, Claim, ClaimRequest, Dispatch, LeaseLost, Reaped,
-                                       Row)
+from reconcilers._queue.ledger import (Backlog, Claim, ClaimRequest, Dispatch, Finished,
+                                       LeaseLost, Reaped, Row)
 from reconcilers.models import State, WorkItem
 from reconcilers._base.vocab import Key
 
-__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "LeaseLost", "Reaped", "Row", "add",
-           "claim", "done", "connect", "done_recorded", "messages", "pause", "reap", "send",
+__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "Finished", "LeaseLost", "Reaped",
+           "Row", "add", "claim", "done", "connect", "messages", "pause", "reap", "send",
            "set_sender", "shared_task_id", "task_id", "forget_gone"]
 
 log = logging.getLogger(__name__)
@@ -178,37 +179,20 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     return ledger.claim(key, token, worker, lease_seconds)
 
 
-def done(claim_: Claim, decision: Decision, debounce: float = 0.0) -> Dispatch | None:
-    """End a run as ``decision`` says; its follow-up message (if any) is sent on commit.
+def done(claim_: Claim, decision: Decision, debounce: float = 0.0, record: Row | None = None,
+         then: ClaimRequest | None = None) -> Finished:
+    """End a run as ``decision`` says, in one statement (``ledger.finish``); its follow-up
+    message (if any) is sent once the surrounding transaction commits - at once outside one.
 
-    Call it in the transaction that records the run, so a recorded run is a finished run.
     ``debounce``: a re-run for changes seen during this run waits that long, gathering more.
+    ``record``: the run's history row, written by the same statement (a recorded run is a
+    finished run). ``then``: the key the same run thread takes up next, claimed by it too
+    (``Finished.next_claim``; on ``LeaseLost`` the exception's ``next_claim``).
     """
-    follow_up = ledger.finish(claim_, decision, settings().max_countdown, debounce)
-    if follow_up is not None:
-        _send_on_commit([follow_up])
-    return follow_up
-
-
-def done_recorded(claim_: Claim, decision: Decision, debounce: float, record: ledger.Row,
-                  then: ClaimRequest | None = None) -> tuple[Dispatch | None, int, Claim | None]:
-    """``done`` and the run's history row written by one statement (outside a transaction:
-    the follow-up message is sent at once). Returns the follow-up and the row's id.
-
-    ``then``: a key the same run thread takes up next, claimed by that statement too (the
-    third value: its run, or ``None`` for a stale message); on ``LeaseLost`` the exception's
-    ``next_claim``."""
-    max_countdown = settings().max_countdown
-    if then is None:
-        follow_up, record_id = ledger.finish_recorded(claim_, decision, max_countdown,
-                                                      debounce, record)
-        next_claim = None
-    else:
-        follow_up, record_id, next_claim = ledger.finish_recorded_then_claim(
-            claim_, decision, max_countdown, debounce, record, then)
-    if follow_up is not None:
-        _send_on_commit([follow_up])
-    return follow_up, record_id, next_claim
+    finished = ledger.finish(claim_, decision, settings().max_countdown, debounce, record, then)
+    if finished.follow_up is not None:
+        _send_on_commit([finished.follow_up])
+    return finished
 
 
 def pause(keys: Sequence[Key], paused: bool) -> int:

@@ -414,7 +414,7 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
                 return record_id, follow_up
             with transaction.atomic():
                 record = history.record_run(claim, decision, facts)
-                follow_up = workqueue.done(claim, decision, debounce)
+                follow_up = workqueue.done(claim, decision, debounce).follow_up
             return record.pk, follow_up
         except LeaseLost as exc:
             # Outlived its lease (a stopped process, a deadline ignored): another run has the
@@ -444,8 +444,7 @@ def _done_then_next(claim: Claim, decision: Decision, debounce: float, row: work
     if then is not None:
         _check_connection()  # this statement claims a run: a busy thread's only claim
     try:
-        follow_up, record_id, next_claim = workqueue.done_recorded(claim, decision, debounce,
-                                                                   row, then)
+        follow_up, record_id, next_claim = workqueue.done(claim, decision, debounce, row, then)
     except LeaseLost as exc:
         if then is not None:
             waiting.taken = exc.next_claim  # type: ignore[union-attr]
