@@ -130,7 +130,7 @@ def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(po
                 try:
                     while time.monotonic() < end:
                         pass
-                except deadlines.soft_limit_error:
+                except deadlines.SOFT_LIMIT_ERROR:
                     return "interrupted"
             return "done"
 
@@ -171,7 +171,7 @@ def test_a_worker_whose_stderr_is_a_logging_proxy_keeps_its_deadlines(monkeypatc
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # no fileno(), as Celery's proxy
     with deadlines.everywhere():
-        with pytest.raises(deadlines.soft_limit_error):
+        with pytest.raises(deadlines.SOFT_LIMIT_ERROR):
             with deadlines.guard("proxied", soft=0.1, hard=5):
                 end = time.monotonic() + 3
                 while time.monotonic() < end:

@@ -46,6 +46,7 @@ class _Run:
     soft_at: float
     hard_at: float
     abandon: Callable[[], None] | None = None
+    interrupt: type[BaseException] = TimeoutError
     signalled: bool = False
     abandoned: bool = False
 
@@ -53,9 +54,10 @@ class _Run:
 _runs: dict[int, _Run] = {}
 _lock = threading.Lock()
 _watchdog: threading.Thread | None = None
-# The exception the soft limit raises (the task layer sets Celery's SoftTimeLimitExceeded,
-# so a reconciler catches the same exception in either pool).
-soft_limit_error: type[BaseException] = TimeoutError
+# What the soft limit raises unless the caller names its own: the worker names Celery's
+# SoftTimeLimitExceeded (``guard``'s ``interrupt``), so a reconciler catches the same
+# exception in either pool while this module needs no Celery.
+SOFT_LIMIT_ERROR: type[BaseException] = TimeoutError
 
 
 def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
@@ -78,17 +80,18 @@ def everywhere() -> Iterator[None]:
 
 
 @contextmanager
-def guard(label: str, soft: float, hard: float,
-          abandon: Callable[[], None] | None = None) -> Iterator[None]:
+def guard(label: str, soft: float, hard: float, abandon: Callable[[], None] | None = None,
+          interrupt: type[BaseException] = SOFT_LIMIT_ERROR) -> Iterator[None]:
     """Hold the calling thread to ``soft``/``hard`` seconds from now (pool threads only,
-    unless inside ``everywhere``). At ``hard``, ``abandon`` is called in a thread of its own
-    when given (the calling thread is then left to itself), else the process ends."""
+    unless inside ``everywhere``): at ``soft`` ``interrupt`` is raised in it. At ``hard``,
+    ``abandon`` is called in a thread of its own when given (the calling thread is then left
+    to itself), else the process ends."""
     if (threading.current_thread() is threading.main_thread()
             and not getattr(_local, "everywhere", False)):
         yield
         return
     ident, now = threading.get_ident(), time.monotonic()
-    run = _Run(label, now + soft, now + hard, abandon)
+    run = _Run(label, now + soft, now + hard, abandon, interrupt)
     backstop = threading.current_thread() is threading.main_thread() and _backstop(hard)
     with _lock:
         _runs[ident] = run
@@ -138,7 +141,7 @@ def _watch() -> None:
                                      daemon=True).start()
                 if not run.signalled and now >= run.soft_at:
                     run.signalled = True
-                    _raise_in(ident, soft_limit_error)
+                    _raise_in(ident, run.interrupt)
 
 
 def drain_and_exit(reason: str) -> None:

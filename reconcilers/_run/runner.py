@@ -51,11 +51,6 @@ from reconcilers._base.vocab import Key, utcnow
 log = logging.getLogger(__name__)
 
 
-# Exceptions (``module.QualName``) that mean "the run deadline interrupted user code"; the
-# task layer names its own (Celery's SoftTimeLimitExceeded), so this module needs no Celery.
-deadline_errors: set[str] = set()
-
-
 class RunAbandoned(TimeoutError):
     """A run still going at its hard limit in a thread-pool worker: blocked outside Python (a
     sleep, a socket without a timeout), where the soft limit's exception cannot reach it."""
@@ -139,11 +134,12 @@ def _only_timers(triggers: Sequence[str]) -> bool:
 
 
 def run(key_text: str, token: int, *, registry: Registry | None = None,
-        worker: str | None = None, task_id: str = "") -> RunReport:
+        worker: str | None = None, task_id: str = "",
+        soft_limit_error: type[BaseException] | None = None) -> RunReport:
     """Process one message ``(key, token)`` here and now; never raises for anything user code
-    does."""
+    does. ``soft_limit_error``: see ``Job``."""
     return Job(Key.parse(key_text), token, registry or default_registry,
-               worker or worker_identity(), task_id).run()
+               worker or worker_identity(), task_id, soft_limit_error).run()
 
 
 @dataclass(frozen=True)
@@ -155,6 +151,12 @@ class Job:
     registry: Registry
     worker: str
     task_id: str
+    # What the worker raises in user code at the run's soft limit - the task layer passes
+    # Celery's SoftTimeLimitExceeded, as the prefork pool raises it, so a reconciler catches
+    # the same exception in either pool and this module needs no Celery. A run it ended is
+    # recorded as past its deadline. None: ``deadlines`` raises its own (TimeoutError), which
+    # is not told apart from user code's own TimeoutError.
+    soft_limit_error: type[BaseException] | None = None
 
     def run(self, taken: object = pool.NOT_TAKEN) -> RunReport:
         """Claim (unless the run before it on this thread did: ``taken`` is that claim, or
@@ -169,7 +171,7 @@ class Job:
         with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
                         trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
                         task_id=self.task_id), _in_progress(key.reconciler):
-            return _run_claimed(claim, cls, self.registry, self.worker, self.task_id)
+            return _run_claimed(claim, cls, self)
 
     def claim_request(self) -> ClaimRequest:
         cls = _class_of(self.registry, self.key)
@@ -207,17 +209,19 @@ def in_progress() -> dict[str, int]:
 
 
 def run_many(items: Sequence[tuple[str, int] | tuple[str, int, str]], *,
-             registry: Registry | None = None, worker: str | None = None) -> list[RunReport]:
+             registry: Registry | None = None, worker: str | None = None,
+             soft_limit_error: type[BaseException] | None = None) -> list[RunReport]:
     """The ``(key, token)`` pairs of one message carrying several (or one; a third value is
     the task id when it is not ``<key>#<token>``): each run as ``run`` runs a message of its
     own - its own claim, deadline, record, and the task id its own message would have had -
-    at once where the process has run threads (``runpool``)."""
+    at once where the process has run threads (``runpool``). ``soft_limit_error``: see
+    ``Job``."""
     registry, worker = registry or default_registry, worker or worker_identity()
     jobs = []
     for item in items:
         key = Key.parse(item[0])
         task_id = item[2] if len(item) > 2 else workqueue.task_id(key, item[1])
-        jobs.append(Job(key, item[1], registry, worker, task_id))
+        jobs.append(Job(key, item[1], registry, worker, task_id, soft_limit_error))
     return pool.run_all(Job.run, jobs)
 
 
@@ -293,9 +297,9 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
         return Attempt(decide(attempts=attempts, backoff=backoff, error=exc), seen, ctx, exc)
 
 
-def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry, worker: str,
-                 task_id: str) -> RunReport:
+def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job) -> RunReport:
     key, conf = claim.key, settings()
+    registry, worker, task_id = job.registry, job.worker, job.task_id
     limits = RunLimits.of(cls and cls.timeout)
 
     started = utcnow()
@@ -306,7 +310,9 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
         start = _RunStart(started, t0, worker, task_id)
         on_hard = lambda: _abandon(claim, limits, backoff, start, release)  # noqa: E731
     # Every api-server call of this run names it (User-Agent): the audit log shows who wrote.
-    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard), \
+    interrupt = job.soft_limit_error or deadlines.SOFT_LIMIT_ERROR
+    with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard,
+                         interrupt=interrupt), \
             kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
         done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
                        fence=fence_until(claim.check_held, claim.held_until),
@@ -320,7 +326,8 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
         # A failed timer is retried as that timer, not as a reconcile.
         decision = replace(decision, trigger=timers.PREFIX + timers.fired(claim.triggers)[0])
     duration = time.perf_counter() - t0
-    if decision.outcome == Outcome.ERROR and decision.error_class in deadline_errors:
+    if decision.outcome == Outcome.ERROR and decision.error_class == _qualname(
+            job.soft_limit_error):
         decision = replace(decision, error_message=(
             f"run deadline of {limits.soft:g}s exceeded (the reconciler's timeout): "
             f"{decision.error_message or decision.error_class}")[:4000])
@@ -348,6 +355,11 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, registry: Registry,
                     decision.error_message)
     return RunReport(outcome=decision.outcome, error=decision.error_message,
                      record_id=record_id, follow_up=follow_up)
+
+
+def _qualname(error: type[BaseException] | None) -> str | None:
+    """An exception class as ``Decision.error_class`` names it."""
+    return None if error is None else f"{error.__module__}.{error.__qualname__}"
 
 
 def _keep_inputs(record_id: int, done: Attempt, triggers: Sequence[str]) -> None:

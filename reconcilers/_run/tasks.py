@@ -26,7 +26,7 @@ from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
-from reconcilers._run import capabilities, deadlines, history, runner, pool, timers
+from reconcilers._run import capabilities, history, runner, pool, timers
 from reconcilers._base import metrics, probes
 from reconcilers._base.conf import RunLimits, process_setting
 from reconcilers._authoring.registry import NotRegistered, registry
@@ -55,7 +55,8 @@ def _make_task(reconciler: str) -> Task:
                       keys: list[list] | None = None) -> str:
         worker = f"{self.request.hostname}:{os.getpid()}"
         if keys:  # a message carrying several keys (``workqueue.messages``)
-            reports = runner.run_many([(k, int(t)) for k, t in keys], worker=worker)
+            reports = runner.run_many([(k, int(t)) for k, t in keys], worker=worker,
+                                      soft_limit_error=SoftTimeLimitExceeded)
             return ",".join("dropped" if r.dropped else r.outcome for r in reports)
         if shared_rate and (wait := ratelimit.take(reconciler, shared_rate)):
             # Not this message's turn across the workers: the key comes back when it is.
@@ -88,7 +89,8 @@ def reconcile_unregistered(self: Task, key: str, token: int) -> str:
 
 def _run_alone(key: str, token: int, worker: str, task_id: str) -> str:
     """A message carrying one key: run on a run thread where the process has them."""
-    (report,) = runner.run_many([(key, token, task_id)], worker=worker)
+    (report,) = runner.run_many([(key, token, task_id)], worker=worker,
+                                soft_limit_error=SoftTimeLimitExceeded)
     return "dropped" if report.dropped else report.outcome
 
 
@@ -258,9 +260,6 @@ def install() -> None:
     _installed = True
     for cls in registry:
         task_for(cls.name())
-    runner.deadline_errors.add(f"{SoftTimeLimitExceeded.__module__}."
-                               f"{SoftTimeLimitExceeded.__qualname__}")
-    deadlines.soft_limit_error = SoftTimeLimitExceeded  # the thread pool's, as prefork's
     app = current_app
     app.conf.beat_schedule = {**periodic.schedule(timers.any_declared(registry)),
                               **(app.conf.beat_schedule or {})}
