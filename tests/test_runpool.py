@@ -13,6 +13,16 @@ from reconcilers._run import deadlines
 from reconcilers._run import pool as runpool
 
 
+def each(fn):
+    """A run loop that runs one entry and takes up nothing: ``fn(item)``'s result."""
+    def loop(entry, lane):
+        try:
+            entry.settle(fn(entry.item))
+        except BaseException as exc:  # noqa: BLE001 - the waiting thread re-raises it
+            entry.settle(exception=exc)
+    return loop
+
+
 @pytest.fixture
 def pool():
     yield runpool
@@ -26,7 +36,7 @@ def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_pa
     running, peak, lock = 0, 0, threading.Lock()
     threads: set[str] = set()
 
-    def run(item: int, taken) -> int:
+    def run(item: int) -> int:
         nonlocal running, peak
         with lock:
             running += 1
@@ -40,7 +50,9 @@ def test_runs_of_a_process_never_exceed_its_concurrency_however_messages_were_pa
     results: dict[str, list[int]] = {}
 
     def message(name: str, items: list[int]) -> None:  # a Celery pool thread
-        results[name] = pool.run_all(run, items)
+        results[name] = pool.run_all(loop, items)
+
+    loop = each(run)
 
     celery_threads = [threading.Thread(target=message, args=(n, list(range(i, i + 4))))
                       for i, n in enumerate("abc")]
@@ -59,7 +71,7 @@ def test_every_key_of_a_message_runs_even_when_one_raises(pool):
     pool.configure(2)
     seen: list[int] = []
 
-    def run(item: int, taken) -> int:
+    def run(item: int) -> int:
         seen.append(item)
         if item == 1:
             raise ConnectionError("database went away")
@@ -67,7 +79,7 @@ def test_every_key_of_a_message_runs_even_when_one_raises(pool):
 
     outcome: list[BaseException] = []
     t = threading.Thread(target=lambda: outcome.extend(
-        _raised(lambda: pool.run_all(run, [0, 1, 2]))))
+        _raised(lambda: pool.run_all(each(run), [0, 1, 2]))))
     t.start()
     t.join(10)
     assert sorted(seen) == [0, 1, 2]
@@ -76,36 +88,60 @@ def test_every_key_of_a_message_runs_even_when_one_raises(pool):
 
 @pytest.mark.parametrize("threaded", [True, False], ids=["run threads", "main thread"])
 def test_an_ending_run_takes_up_the_next_waiting_key_on_its_own_thread(pool, threaded):
-    """``take_next`` hands the run the key waiting longest - out of the line, so no other
-    thread runs it - and what the run passes on reaches that key's own run, which follows on
-    the same thread; a run that raises after taking one still leaves it to run."""
+    """``Lane.take`` hands the run loop the key waiting longest - out of the line, so no other
+    thread runs it - and what the run hands on reaches that key's own run, which follows on
+    the same thread; a loop that raises after taking one still leaves it to run."""
     if threaded:
         pool.configure(1)
     ran: list[tuple[int, object, str]] = []
 
-    def run(item: int, taken) -> int:
-        ran.append((item, taken, threading.current_thread().name))
-        nxt = pool.take_next()
-        assert pool.take_next() is None  # one at a time
-        if nxt is not None and item == 0:
-            nxt.taken = f"claimed by {item}"
-        if item == 1:
-            raise RuntimeError("after taking the next one up")
-        return item
+    def loop(entry, lane) -> None:
+        while entry is not None:
+            item = entry.item
+            ran.append((item, entry.handed, threading.current_thread().name))
+            nxt = lane.take()
+            assert lane.take() is None  # one at a time
+            if nxt is not None and item == 0:
+                nxt.handed = f"claimed by {item}"
+            if item == 1:
+                raise RuntimeError("after taking the next one up")
+            entry.settle(item)
+            entry = lane.next_up()
 
     results: list = []
     t = threading.Thread(target=lambda: results.extend(_raised(
-        lambda: results.append(pool.run_all(run, [0, 1, 2])))))
+        lambda: results.append(pool.run_all(loop, [0, 1, 2])))))
     if threaded:
         t.start()
         t.join(10)
     else:
         t.run()  # in this (main) thread
-    assert [(i, taken) for i, taken, _ in ran] == [
-        (0, pool.NOT_TAKEN), (1, "claimed by 0"), (2, pool.NOT_TAKEN)]
+    assert [(i, handed) for i, handed, _ in ran] == [
+        (0, pool.NOTHING), (1, "claimed by 0"), (2, pool.NOTHING)]
     assert len({name for _, _, name in ran}) == 1
     assert isinstance(results[0], RuntimeError)
-    assert pool.take_next() is None  # outside a run: nothing to take
+
+
+def test_a_run_loop_takes_up_only_keys_it_runs(pool):
+    """A waiting entry of another loop is left in the line for its own loop to run."""
+    pool.configure(1)
+    gate, took = threading.Event(), []
+
+    def first(entry, lane) -> None:
+        gate.wait(5)
+        took.append(lane.take())
+        entry.settle("first")
+
+    t = threading.Thread(target=lambda: pool.run_all(first, ["a"]))
+    t.start()
+    time.sleep(0.1)
+    other = threading.Thread(target=lambda: took.append(pool.run_all(each(str), ["b"])))
+    other.start()
+    time.sleep(0.1)
+    gate.set()
+    t.join(10)
+    other.join(10)
+    assert took == [None, ["b"]]
 
 
 def _raised(fn) -> list[BaseException]:
@@ -122,7 +158,7 @@ def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(po
     assert threading.current_thread() is threading.main_thread()
     order: list[str] = []
 
-    def run(item: str, taken) -> str:
+    def run(item: str) -> str:
         order.append(item)
         with deadlines.guard(item, soft=0.2, hard=5):
             if item == "spins":
@@ -135,7 +171,8 @@ def test_in_the_main_thread_keys_run_one_by_one_each_held_to_its_own_deadline(po
             return "done"
 
     started = time.monotonic()
-    assert pool.run_all(run, ["quick", "spins", "after"]) == ["done", "interrupted", "done"]
+    assert pool.run_all(each(run), ["quick", "spins", "after"]) == [
+        "done", "interrupted", "done"]
     assert order == ["quick", "spins", "after"]
     assert time.monotonic() - started < 2
     with deadlines.guard("outside a message", soft=0.05, hard=5):  # the pool's job again

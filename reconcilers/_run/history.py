@@ -41,6 +41,12 @@ def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRe
     return record
 
 
+def record_evidence_of(record_id: int, values: Mapping[str, Any], failures_before: int) -> None:
+    """The capability evidence of a run whose record ``values`` the ledger wrote as
+    ``record_id`` (in the run's transaction)."""
+    record_evidence(ReconcileRecord(id=record_id, **values), failures_before)
+
+
 def new_values(claim: Claim, decision: Decision, facts: RunFacts) -> dict[str, Any]:
     """The run's record as its columns store it: every column, each value of the column's
     type (what ``save()`` would write), a generation that is no integer as none. Built

@@ -14,13 +14,15 @@ happen:
   keys run one after another, each under its own deadline (``deadlines.everywhere``): the
   pool's own limit is per message.
 
-Either way a run that is ending may take up the next waiting key itself (``take_next``): the
-runner then ends one run and claims the next in one statement, as client-go's worker calls
-``Done`` and then ``Get``.
+This module only provides the threads, the line and the deadlines' scope; the run loop is the
+runner's (``runner.work``). Each thread hands it a ``Lane``: the loop may take up the next
+waiting key itself (``Lane.take``) - the runner then ends one run and claims the next in one
+statement, as client-go's worker calls ``Done`` and then ``Get`` - and goes on with it
+(``Lane.next_up``).
 
-A run thread stuck past its run's hard limit is abandoned (``abandonable``): the run's outcome
-is handed to whoever waits for it, a new thread takes its place in the line, and the stuck one
-ends when - if ever - its run returns.
+A run thread stuck past its run's hard limit is abandoned (``Lane.abandoner``): the run's
+outcome is handed to whoever waits for it, a new thread takes its place in the line, and the
+stuck one ends when - if ever - its run returns.
 """
 
 from __future__ import annotations
@@ -33,31 +35,24 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from reconcilers._run import deadlines
 
 T = TypeVar("T")
-R = TypeVar("R")
 
-NOT_TAKEN = object()  # ``Waiting.taken`` before the run that took it up says how it went
+NOTHING = object()  # ``Waiting.handed`` when the run that took it up handed nothing on
 
 
 class Waiting(Generic[T]):
-    """A key waiting for a run thread; ``taken`` is what the run that took it up
-    (``take_next``) passes on to it - the runner's claim - or ``NOT_TAKEN``."""
+    """A key waiting for a run thread, and the future its message's task waits on.
+    ``handed``: what the run that took it up (``Lane.take``) hands on to it - the runner's
+    claim - or ``NOTHING``."""
 
-    __slots__ = ("item", "fn", "future", "taken")
+    __slots__ = ("item", "fn", "future", "handed")
 
-    def __init__(self, item: T, fn: Callable[[T, Any], Any]) -> None:
+    def __init__(self, item: T, fn: Callable[[Waiting[T], Lane], None]) -> None:
         self.item, self.fn, self.future = item, fn, Future()
-        self.taken: Any = NOT_TAKEN
-
-    def run(self) -> None:
-        try:
-            result = self.fn(self.item, self.taken)
-        except BaseException as exc:  # noqa: BLE001 - the waiting thread re-raises it
-            self.settle(exception=exc)
-        else:
-            self.settle(result)
+        self.handed: Any = NOTHING
 
     def settle(self, result: Any = None, exception: BaseException | None = None) -> bool:
-        """Hand the outcome to whoever waits, unless an abandonment already did."""
+        """Hand the outcome to whoever waits, unless an abandonment (or a run that raised
+        after it settled) already did."""
         try:
             if exception is not None:
                 self.future.set_exception(exception)
@@ -66,6 +61,65 @@ class Waiting(Generic[T]):
             return True
         except InvalidStateError:
             return False
+
+
+class Lane:
+    """One run thread's (or the main thread's) place in the line, handed to the run loop it
+    runs: the loop takes up the next waiting key itself (``take``) and goes on with it
+    (``next_up``), as client-go's worker calls ``Done`` then ``Get``. Passed, never kept
+    per thread: a lane belongs to one call of the loop."""
+
+    def __init__(self, current: Waiting, pop: Callable[[Callable], Waiting | None],
+                 line: _Line | None = None) -> None:
+        self.current: Waiting | None = current
+        self.taken: Waiting | None = None
+        self._pop, self._line = pop, line
+        self._thread = threading.current_thread()
+
+    def take(self) -> Waiting | None:
+        """The key this thread runs next, out of the line now - so no other thread runs it -
+        or ``None`` (nothing waits that this loop runs, or it already took one). Set its
+        ``handed`` before ``next_up``."""
+        if self.taken is not None or self.current is None:
+            return None
+        self.taken = self._pop(self.current.fn)
+        return self.taken
+
+    def next_up(self) -> Waiting | None:
+        """The key taken, now the current one; ``None`` when none was - or when this thread
+        was abandoned meanwhile, its successor taking its place: the key goes back to the
+        front of the line, with what was handed on to it."""
+        taken, self.taken = self.taken, None
+        if taken is not None and self._line is not None and self._line.replaced(
+                self._thread, taken):
+            taken = None
+        self.current = taken
+        return taken
+
+    def abandoner(self) -> Abandon | None:
+        """How to abandon the current run should it get stuck; ``None`` where runs are not on
+        run threads (a prefork child, the solo pool: the pool ends it)."""
+        if self._line is None or self.current is None:
+            return None
+        return Abandon(self._line, self.current, self._thread)
+
+    def run(self) -> None:
+        """The current entry's loop; whatever it left unsettled or taken is not lost."""
+        entry = self.current
+        try:
+            entry.fn(entry, self)  # type: ignore[union-attr]
+        except BaseException as exc:  # noqa: BLE001 - the waiting thread re-raises it
+            if self.current is not None:
+                self.current.settle(exception=exc)
+        if self.taken is not None:  # taken but never run: first in line again
+            self._put_back(self.taken)
+            self.taken = None
+
+    def _put_back(self, entry: Waiting) -> None:
+        if self._line is not None:
+            self._line.put_back(entry)
+        else:
+            self._pop.put_back(entry)  # type: ignore[attr-defined]
 
 
 class _Line:
@@ -94,14 +148,31 @@ class _Line:
                 self._start_thread()
             return len(self.abandoned)
 
+    def replaced(self, thread: threading.Thread, taken: Waiting) -> bool:
+        """Whether ``thread`` was abandoned; if so ``taken`` goes back to the front."""
+        with self.ready:
+            if thread not in self.abandoned:
+                return False
+            self.waiting.appendleft(taken)
+            self.ready.notify()
+            return True
+
     def put(self, entries: Sequence[Waiting]) -> None:
         with self.ready:
             self.waiting.extend(entries)
             self.ready.notify(len(entries))
 
-    def pop(self) -> Waiting | None:
+    def put_back(self, entry: Waiting) -> None:
         with self.ready:
-            return self.waiting.popleft() if self.waiting else None
+            self.waiting.appendleft(entry)
+            self.ready.notify()
+
+    def pop(self, fn: Callable) -> Waiting | None:
+        """The first waiting entry if ``fn`` runs it, else ``None``."""
+        with self.ready:
+            if self.waiting and self.waiting[0].fn is fn:
+                return self.waiting.popleft()
+            return None
 
     def stop(self) -> None:
         with self.ready:
@@ -109,8 +180,6 @@ class _Line:
             self.ready.notify_all()
 
     def _work(self) -> None:
-        _local.next = self.pop
-        _local.line = self
         me = threading.current_thread()
         while True:
             with self.ready:
@@ -118,19 +187,29 @@ class _Line:
                     self.ready.wait()
                 if self.stopped and not self.waiting:
                     return
-                entry: Waiting | None = self.waiting.popleft()
-            while entry is not None:
-                entry = _run_taking(entry)
-                with self.ready:
-                    if me in self.abandoned:  # replaced while stuck: its successor works on
-                        self.abandoned.discard(me)
-                        if entry is not None:  # never taken by an abandoned run; put back
-                            self.waiting.appendleft(entry)
-                            self.ready.notify()
-                        return
+                entry = self.waiting.popleft()
+            Lane(entry, self.pop, self).run()
+            with self.ready:
+                if me in self.abandoned:  # replaced while stuck: its successor works on
+                    self.abandoned.discard(me)
+                    return
 
 
-_local = threading.local()
+class _Rest:
+    """A message's keys in the main thread, one after another (``run_all``)."""
+
+    def __init__(self, entries: Sequence[Waiting]) -> None:
+        self.entries = collections.deque(entries)
+
+    def __call__(self, fn: Callable) -> Waiting | None:
+        if self.entries and self.entries[0].fn is fn:
+            return self.entries.popleft()
+        return None
+
+    def put_back(self, entry: Waiting) -> None:
+        self.entries.appendleft(entry)
+
+
 _line: _Line | None = None
 _lock = threading.Lock()
 
@@ -149,30 +228,8 @@ def configured() -> bool:
     return _line is not None
 
 
-def take_next() -> Waiting | None:
-    """From inside a run: the key this run thread takes up next, now - out of the line, so no
-    other thread runs it - or ``None`` (nothing waits, or this run already took one). Set
-    its ``taken`` before the run ends; it runs on this thread right after."""
-    if getattr(_local, "taken", NOT_TAKEN) is not None or getattr(_local, "next", None) is None:
-        return None
-    entry = _local.taken = _local.next()
-    return entry
-
-
-def _run_taking(entry: Waiting) -> Waiting | None:
-    """Run ``entry``; returns the entry its run took up next, if any."""
-    _local.taken = None
-    _local.current = entry
-    try:
-        entry.run()
-    finally:
-        taken, _local.taken = _local.taken, NOT_TAKEN
-        _local.current = None
-    return taken
-
-
 class Abandon:
-    """What abandoning the calling run thread takes, captured on that thread."""
+    """What abandoning a run thread takes, captured on that thread."""
 
     def __init__(self, line: _Line, entry: Waiting, thread: threading.Thread) -> None:
         self.line, self.entry, self.thread = line, entry, thread
@@ -184,31 +241,17 @@ class Abandon:
         return self.line.abandon(self.thread)
 
 
-def abandonable() -> Abandon | None:
-    """From inside a run on a run thread: how to abandon it should it get stuck; None where
-    runs are not on run threads (a prefork child: the pool ends it)."""
-    line, entry = getattr(_local, "line", None), getattr(_local, "current", None)
-    if line is None or entry is None:
-        return None
-    return Abandon(line, entry, threading.current_thread())
-
-
-def run_all(fn: Callable[[T, Any], R], items: Sequence[T]) -> list[R]:
-    """``fn(item, taken)`` for each item as this process runs keys; results in order. Every
-    item runs even when an earlier one raised; the first exception is raised at the end."""
-    entries = [Waiting(item, fn) for item in items]
+def run_all(loop: Callable[[Waiting[T], Lane], None], items: Sequence[T]) -> list[Any]:
+    """Run each item as this process runs keys; results in order. ``loop(entry, lane)`` is
+    the run loop: it settles ``entry`` and every entry it goes on with (``Lane``). Every item
+    runs even when an earlier one raised; the first exception is raised at the end."""
+    entries = [Waiting(item, loop) for item in items]
     line = _line
     if line is None or threading.current_thread() is threading.main_thread():
-        rest = collections.deque(entries)
-        _local.next = lambda: rest.popleft() if rest else None
-        try:
-            with deadlines.everywhere():
-                while rest:
-                    entry: Waiting | None = rest.popleft()
-                    while entry is not None:
-                        entry = _run_taking(entry)
-        finally:
-            _local.next = None
+        rest = _Rest(entries)
+        with deadlines.everywhere():
+            while rest.entries:
+                Lane(rest.entries.popleft(), rest).run()
     else:
         line.put(entries)
     outcomes = []
@@ -220,4 +263,4 @@ def run_all(fn: Callable[[T, Any], R], items: Sequence[T]) -> list[R]:
     for _, error in outcomes:
         if error is not None:
             raise error
-    return [result for result, _ in outcomes]  # type: ignore[misc]
+    return [result for result, _ in outcomes]

@@ -1,11 +1,13 @@
 """Run one reconcile for one key and say how it ended. Plain Python: no Celery here.
 
-``run()`` is client-go's ``processNextWorkItem`` + ``syncHandler``: claim the key in the work
-queue (or drop a stale message), re-read the object from the cache (404 = gone), call the
-user's ``reconcile`` / ``finalize`` inside exception capture, let ``decision.decide`` say what
-follows, then record the run and end it in the work queue in one transaction (which sends the
-follow-up message, if any, once committed) - and, when another key waits for this run thread,
-claim it in that same statement (``Done`` then ``Get``).
+``work()`` is client-go's worker loop and ``Job.run`` its ``processNextWorkItem`` +
+``syncHandler``: claim the key in the work queue (or drop a stale message), re-read the object
+from the cache (404 = gone), call the user's ``reconcile`` / ``finalize`` inside exception
+capture, let ``decision.decide`` say what follows, then end the run with one statement
+(``workqueue.done``: the key moved on, the run's history row written, the follow-up message
+sent once committed) - which, when another key waits for this run thread, also claims that
+key (``Done`` then ``Get``), and the loop goes on with it. The pool (``pool``) only provides
+the threads, the line of waiting keys and a ``Lane`` to take from it.
 
 A run's deadline (``RunLimits``) bounds it three ways: the worker interrupts user code at the
 soft limit (recorded as an error, retried with backoff), ends the process at the hard limit
@@ -158,11 +160,12 @@ class Job:
     # is not told apart from user code's own TimeoutError.
     soft_limit_error: type[BaseException] | None = None
 
-    def run(self, taken: object = pool.NOT_TAKEN) -> RunReport:
-        """Claim (unless the run before it on this thread did: ``taken`` is that claim, or
-        ``None`` for a stale message), run, record."""
+    def run(self, lane: pool.Lane | None = None, claimed: object = pool.NOTHING) -> RunReport:
+        """Claim (unless the statement that ended the run before it on this thread did:
+        ``claimed`` is that claim, or ``None`` for a stale message), reconcile, decide, end -
+        and, given the thread's ``lane``, take up the next waiting key in that ending."""
         key, cls = self.key, _class_of(self.registry, self.key)
-        claim = taken if isinstance(taken, Claim) or taken is None else _claim(
+        claim = claimed if isinstance(claimed, Claim) or claimed is None else _claim(
             self.claim_request())
         if claim is None:
             metrics.messages_stale_total.labels(key.reconciler).inc()
@@ -171,7 +174,7 @@ class Job:
         with logs.bound(reconciler=key.reconciler, namespace=key.namespace, name=key.name,
                         trigger=",".join(claim.triggers), attempt=claim.attempts + 1,
                         task_id=self.task_id), _in_progress(key.reconciler):
-            return _run_claimed(claim, cls, self)
+            return _run_claimed(claim, cls, self, lane)
 
     def claim_request(self) -> ClaimRequest:
         cls = _class_of(self.registry, self.key)
@@ -222,7 +225,21 @@ def run_many(items: Sequence[tuple[str, int] | tuple[str, int, str]], *,
         key = Key.parse(item[0])
         task_id = item[2] if len(item) > 2 else workqueue.task_id(key, item[1])
         jobs.append(Job(key, item[1], registry, worker, task_id, soft_limit_error))
-    return pool.run_all(Job.run, jobs)
+    return pool.run_all(work, jobs)
+
+
+def work(entry: pool.Waiting[Job], lane: pool.Lane) -> None:
+    """A run thread's loop, client-go's ``processNextWorkItem`` over and over: claim the key
+    (unless the statement that ended the run before did), reconcile, decide, then end the run
+    - and, when a key waits, claim it in that same statement - and go on with that key. The
+    pool only provides the threads, the line and the lane; every step is ``Job.run``'s."""
+    current: pool.Waiting[Job] | None = entry
+    while current is not None:
+        try:
+            current.settle(current.item.run(lane, current.handed))
+        except BaseException as exc:  # noqa: BLE001 - whoever waits for the run re-raises it
+            current.settle(exception=exc)
+        current = lane.next_up()
 
 
 _checked = threading.local()
@@ -297,7 +314,8 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
         return Attempt(decide(attempts=attempts, backoff=backoff, error=exc), seen, ctx, exc)
 
 
-def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job) -> RunReport:
+def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
+                 lane: pool.Lane | None) -> RunReport:
     key, conf = claim.key, settings()
     registry, worker, task_id = job.registry, job.worker, job.task_id
     limits = RunLimits.of(cls and cls.timeout)
@@ -306,7 +324,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job) -> RunRep
     t0 = time.perf_counter()
     backoff = conf.backoff(cls and cls.backoff_base, cls and cls.backoff_max)
     on_hard = None
-    if (release := pool.abandonable()) is not None:  # a run thread: abandoned if stuck
+    if lane is not None and (release := lane.abandoner()) is not None:  # abandoned if stuck
         start = _RunStart(started, t0, worker, task_id)
         on_hard = lambda: _abandon(claim, limits, backoff, start, release)  # noqa: E731
     # Every api-server call of this run names it (User-Agent): the audit log shows who wrote.
@@ -342,7 +360,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job) -> RunRep
                              obj=seen.obj, final=seen.final, events=seen.events,
                              phase=seen.phase, capabilities=capabilities)
     t1 = time.perf_counter()
-    record_id, follow_up = _finish(claim, decision, facts, cls.debounce if cls else 0.0)
+    record_id, follow_up = _finish(claim, decision, facts, cls.debounce if cls else 0.0, lane)
     if record_id is not None:  # a run whose record rolled back (lease lost) is not counted
         metrics.history_write_seconds.observe(time.perf_counter() - t1)
         metrics.observe_run(key.reconciler, decision.outcome, duration,
@@ -410,27 +428,43 @@ def _abandon(claim: Claim, limits: RunLimits, backoff: Backoff, run: _RunStart,
                                  "RECONCILERS_ABANDONED_RUNS_MAX)")
 
 
-def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
-            debounce: float = 0.0) -> tuple[int | None, Dispatch | None]:
-    """History and work queue in one transaction: a recorded run is always a finished run.
+def _finish(claim: Claim, decision: Decision, facts: history.RunFacts, debounce: float = 0.0,
+            lane: pool.Lane | None = None) -> tuple[int | None, Dispatch | None]:
+    """End the run: one statement (``workqueue.done``) moves its key on and writes its history
+    row - a recorded run is always a finished run - and, when a key waits for this run thread
+    (``lane``), claims that one too, handed to its run, which follows on this thread (one
+    round trip instead of two: the ledger's statements cost PostgreSQL and the worker more
+    than anything else in a run). A run that proves a capability criterion for the first time
+    also writes that evidence, in one transaction with the statement.
 
-    Usually one statement does both (``workqueue.done_recorded``); a run that proves a
-    capability criterion for the first time also writes that evidence, in a transaction."""
+    The next key is taken only on the first attempt and without evidence to write: a failed
+    statement (or a rolled-back transaction) claimed nothing, and the key taken then claims
+    for itself, as does a second message for this run's own key."""
     values = history.new_values(claim, decision, facts)
+    row = history.as_row(values)
     evidence = bool(new_evidence(SimpleNamespace(**values), claim.attempts))
     for attempt in range(3):
+        waiting = lane.take() if lane is not None and attempt == 0 and not evidence else None
+        job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
+        then = job.claim_request() if job is not None and job.key != claim.key else None
+        if then is not None:
+            _check_connection()  # this statement claims a run: a busy thread's only claim
         try:
-            if not evidence:
-                follow_up, record_id = _done_then_next(claim, decision, debounce,
-                                                       history.as_row(values), attempt)
-                return record_id, follow_up
-            with transaction.atomic():
-                record = history.record_run(claim, decision, facts)
-                follow_up = workqueue.done(claim, decision, debounce).follow_up
-            return record.pk, follow_up
+            if evidence:
+                with transaction.atomic():
+                    finished = workqueue.done(claim, decision, debounce, row)
+                    history.record_evidence_of(finished.record_id, values, claim.attempts)
+            else:
+                finished = workqueue.done(claim, decision, debounce, row, then)
+            if then is not None:
+                waiting.handed = finished.next_claim  # type: ignore[union-attr]
+            return finished.record_id, finished.follow_up
         except LeaseLost as exc:
             # Outlived its lease (a stopped process, a deadline ignored): another run has the
-            # key now. Its record was rolled back; the reaper's "worker lost" record stands.
+            # key now. No record was written; the reaper's "worker lost" record stands. The
+            # next key's claim, made by the same statement, stands too.
+            if then is not None:
+                waiting.handed = exc.next_claim  # type: ignore[union-attr]
             log.warning("%s", exc)
             return None, None
         except Exception:
@@ -441,26 +475,3 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts,
             connection.close()
             time.sleep(0.5 * (attempt + 1))
     return None, None
-
-
-def _done_then_next(claim: Claim, decision: Decision, debounce: float, row: workqueue.Row,
-                    attempt: int) -> tuple[Dispatch | None, int]:
-    """``workqueue.done_recorded``; when a key waits for a run thread, the same statement
-    claims it for this thread, which runs it next (one round trip instead of two: the
-    ledger's statements cost PostgreSQL and the worker more than anything else in a run).
-    Only on the first attempt: a failed statement changed nothing, and the waiting key then
-    claims for itself, as does a second message for this run's own key."""
-    waiting = pool.take_next() if attempt == 0 else None
-    job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
-    then = job.claim_request() if job is not None and job.key != claim.key else None
-    if then is not None:
-        _check_connection()  # this statement claims a run: a busy thread's only claim
-    try:
-        follow_up, record_id, next_claim = workqueue.done(claim, decision, debounce, row, then)
-    except LeaseLost as exc:
-        if then is not None:
-            waiting.taken = exc.next_claim  # type: ignore[union-attr]
-        raise
-    if then is not None:
-        waiting.taken = next_claim  # type: ignore[union-attr]
-    return follow_up, record_id
