@@ -218,3 +218,58 @@ def test_the_local_stack_needs_only_the_standard_library():
     for module in stack:
         assert inner[module] <= stack, module
         assert outer[module] - {"", "reconcilers"} <= set(sys.stdlib_module_names), module
+
+
+# Methods that change the container they are called on.
+_MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "popitem",
+             "remove", "setdefault", "update"}
+
+
+def _module_writes() -> list[str]:
+    """Each statement that assigns (or deletes, or mutates in place) an attribute of another
+    module of the app: ``runner.x = ...``, ``deadlines.x += ...``, ``runner.xs.add(...)``."""
+    modules = _modules()
+    found = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        bound: set[str] = set()  # local names of app modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                bound.update(a.asname or a.name for a in node.names
+                             if f"{base}.{a.name}" in modules)
+            elif isinstance(node, ast.Import):
+                bound.update(a.asname for a in node.names if a.asname and a.name in modules)
+
+        def other(target: ast.AST) -> bool:
+            return (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    and target.value.id in bound)
+
+        for node in ast.walk(tree):
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif isinstance(node, ast.Delete):
+                targets = node.targets
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in _MUTATORS):
+                targets = [node.func.value]
+            for target in targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if other(t):
+                        found.append(f"{name}:{node.lineno}: {ast.unparse(t)}")
+    return found
+
+
+def test_no_module_assigns_into_another():
+    """A module's functions and settings are its own: nothing is swapped in or added to from
+    outside (at import time or later). What one part needs of another is passed - as the
+    tasks pass Celery's soft-limit exception to the runner - or registered through a
+    function the owner provides (``workqueue.set_sender``)."""
+    assert _module_writes() == []
