@@ -57,6 +57,12 @@ _connect: Callable[[], None] = lambda: None
 _connecting = threading.Lock()
 
 
+# Why a registered sender rather than ``from reconcilers._queue import broker``: ``broker``
+# builds its messages from this module's words (``Dispatch``, ``task_id``), so the import
+# would close a cycle; and this module - through which the runner ends every run - stays
+# free of Celery, which is ``broker``'s side. The app's ``ready`` registers it once per
+# process through this function (never an attribute assigned from outside); tests register
+# their own to hold messages back or to fail them.
 def set_sender(sender: Sender | None, batch: Callable[[], ContextManager] | None = None,
                many: ManySender | None = None, connect: Callable[[], None] | None = None) -> None:
     """Install the function that publishes one message: ``sender(dispatch, task_id)``;
