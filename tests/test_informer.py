@@ -141,7 +141,8 @@ def test_a_watched_resource_is_granted_read_only_in_the_generated_role():
 
 def test_an_index_over_a_resource_nobody_watches_stops_the_watcher_at_start():
     from reconcilers._authoring.reconciler import Reconciler
-    from reconcilers._watch.watcher import Enqueuer, build_streams
+    from reconcilers._watch.enqueuer import Enqueuer
+    from reconcilers._watch.streams import build_streams
 
     class Careless(Reconciler):
         group, version, kind = "test.operator.local", "v1", "Probe"
@@ -154,7 +155,8 @@ def test_an_index_over_a_resource_nobody_watches_stops_the_watcher_at_start():
 
 def test_one_stream_per_resource_keeps_the_indexes_and_routes_watched_changes():
     from reconcilers._watch.handlers import WATCHED
-    from reconcilers._watch.watcher import Enqueuer, build_streams
+    from reconcilers._watch.enqueuer import Enqueuer
+    from reconcilers._watch.streams import build_streams
     from tests.operatorapp.reconcilers import ConfiguredProbeReconciler
 
     stop = threading.Event()
@@ -230,7 +232,8 @@ def test_a_metadata_only_cache_holds_metadata_and_reads_get_the_whole_object(api
 def test_two_reconcilers_caching_one_resource_differently_is_an_error_at_start():
     from reconcilers._authoring.reconciler import Reconciler
     from reconcilers._base.vocab import Owns
-    from reconcilers._watch.watcher import Enqueuer, build_streams
+    from reconcilers._watch.enqueuer import Enqueuer
+    from reconcilers._watch.streams import build_streams
 
     class A(Reconciler):
         group, version, kind = "a.example.com", "v1", "Thing"

@@ -293,11 +293,11 @@ def test_the_leader_steps_down_at_its_renew_deadline_while_a_renewal_still_hangs
 
 
 def fenced(api, namespace, identity, clock=time.monotonic):
-    from reconcilers._kube import cache
+    from reconcilers._kube import fence
 
     return leader.LeaderElector(
         identity, namespace, "lease", lease_seconds=3.0, api=api, clock=clock,
-        fence=lambda n: cache.raise_fence(cache.Term(f"{namespace}/lease", n)))
+        fence=lambda n: fence.raise_fence(fence.Term(f"{namespace}/lease", n)))
 
 
 class Clock:
@@ -310,7 +310,7 @@ class Clock:
 
 def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
         api, namespace, redis_client):
-    from reconcilers._kube import cache
+    from reconcilers._kube import fence
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -321,7 +321,7 @@ def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
     clock.now += 3.5  # a paused past its lease
     b.step()
     assert b.is_leader.is_set() and b.term == 1
-    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 1
+    assert fence.raise_fence(fence.Term(f"{namespace}/lease", 0)) == 1
     a.step()  # a wakes: its renewal meets b's Lease, and its term stays what it was
     assert a.term == 0
 
@@ -329,7 +329,7 @@ def test_each_leader_has_a_higher_term_and_raises_the_fence_before_leading(
 def test_a_lease_made_again_continues_its_terms_above_the_fence(api, namespace, redis_client):
     """A deleted Lease comes back with leaseTransitions 0: the fence (1) would refuse every
     write of its new holder for ever, so the holder moves the term above it."""
-    from reconcilers._kube import cache
+    from reconcilers._kube import fence
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -345,7 +345,7 @@ def test_a_lease_made_again_continues_its_terms_above_the_fence(api, namespace, 
     assert c.is_leader.is_set() and c.term == 2
     lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
     assert lease["spec"]["leaseTransitions"] == 2 and lease["spec"]["holderIdentity"] == "c"
-    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 2
+    assert fence.raise_fence(fence.Term(f"{namespace}/lease", 0)) == 2
 
 
 def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, redis_client,
@@ -353,7 +353,7 @@ def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, r
     """The predecessor's renewal landed, then it paused before raising the fence; meanwhile a
     successor took the Lease (term 1). Waking, it finds the fence above its term - as after a
     Lease made again - but its move is conditional on the Lease it wrote: 409, not leading."""
-    from reconcilers._kube import cache
+    from reconcilers._kube import fence
 
     a = fenced(api, namespace, "a")
     a.step()
@@ -376,7 +376,7 @@ def test_a_predecessor_cannot_move_the_term_of_a_lease_it_lost(api, namespace, r
     assert not a.is_leader.is_set() and a.term == 0
     lease = kube.request(api, "GET", kube.LEASES.path(namespace, "lease"))
     assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
-    assert cache.raise_fence(cache.Term(f"{namespace}/lease", 0)) == 1
+    assert fence.raise_fence(fence.Term(f"{namespace}/lease", 0)) == 1
 
 
 def test_a_black_holed_redis_does_not_hold_the_round_that_takes_the_lease(api, namespace,
@@ -386,7 +386,7 @@ def test_a_black_holed_redis_does_not_hold_the_round_that_takes_the_lease(api, n
     the fence once Redis answers), instead of timing out after 10 s, past its deadline."""
     import socket
 
-    from reconcilers._kube import cache
+    from reconcilers._kube import fence
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -395,7 +395,7 @@ def test_a_black_holed_redis_does_not_hold_the_round_that_takes_the_lease(api, n
         settings.REDIS_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
         a = leader.LeaderElector(
             "a", namespace, "lease", lease_seconds=15.0, api=api,
-            fence=lambda n: cache.raise_fence(cache.Term(f"{namespace}/lease", n)))
+            fence=lambda n: fence.raise_fence(fence.Term(f"{namespace}/lease", n)))
         started = time.monotonic()
         a.step()
         assert time.monotonic() - started < 3

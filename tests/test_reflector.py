@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from reconcilers._kube import cache, kube
+from reconcilers._kube import cache, fence, kube
 from reconcilers._watch.handlers import OWNED, Handler
 from reconcilers._watch.reflector import Gone, Reflector
 from reconcilers._authoring.reconciler import Reconciler
@@ -379,8 +379,8 @@ def two_terms(api, namespace):
 
     def elector(identity, clock=time.monotonic):
         return leader.LeaderElector(identity, namespace, "watcher", lease_seconds=3, api=api,
-                                    clock=clock, fence=lambda n: cache.raise_fence(
-                                        cache.Term(lease, n)))
+                                    clock=clock, fence=lambda n: fence.raise_fence(
+                                        fence.Term(lease, n)))
 
     paused = elector("paused")
     paused.step()
@@ -392,7 +392,7 @@ def two_terms(api, namespace):
     successor.step()
     assert paused.is_leader.is_set() and successor.is_leader.is_set()  # both believe it
     assert successor.term == paused.term + 1
-    return cache.Term(lease, paused.term), cache.Term(lease, successor.term)
+    return fence.Term(lease, paused.term), fence.Term(lease, successor.term)
 
 
 def test_a_paused_ex_leaders_write_arriving_after_its_successors_is_refused(api, namespace,
@@ -409,7 +409,7 @@ def test_a_paused_ex_leaders_write_arriving_after_its_successors_is_refused(api,
                           content_type=kube.MERGE_PATCH)
 
     new.handle({"type": "MODIFIED", "object": second})
-    with pytest.raises(cache.StaleTerm):
+    with pytest.raises(fence.StaleTerm):
         old.handle({"type": "ADDED", "object": first})  # the paused leader's late write
 
     cached = cache.get(CONFIGMAPS, namespace, "x")

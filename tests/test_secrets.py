@@ -8,7 +8,8 @@ import threading
 
 import pytest
 from reconcilers._kube import cache, kube as door
-from reconcilers._watch import watcher
+from reconcilers._watch.enqueuer import Enqueuer
+from reconcilers._watch.streams import build_streams
 from reconcilers.api import Owns, Reconciler, Registry, register
 from reconcilers._base.vocab import GVR
 from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
@@ -43,7 +44,7 @@ def test_an_owned_secret_is_read_with_its_data_and_written_only_when_it_changes(
     assert seen[-1] == ({"password": "cHctMQ=="}, 1)
 
     # The watcher lists the Secrets into the shared cache, as it does for an owned kind ...
-    streams = watcher.build_streams([Keeper], watcher.Enqueuer(threading.Event()), threading.Event())
+    streams = build_streams([Keeper], Enqueuer(threading.Event()), threading.Event())
     (secrets,) = [s for s in streams if s.gvr == SECRETS]
     secrets.reflector.list(door.new_api_client(), initial=True)
     assert cache.is_synced(SECRETS, namespace)

@@ -6,8 +6,11 @@ import threading
 
 import pytest
 
-from reconcilers._kube import cache
-from reconcilers._watch import watcher
+from reconcilers._kube import cache, journal
+from reconcilers._watch import health
+from reconcilers._watch.enqueuer import Enqueuer
+from reconcilers._watch.lifecycle import run_streams
+from reconcilers._watch.streams import build_streams, replay_journal
 from reconcilers.models import WatchStream, WorkItem
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base.vocab import GVR, Owns
@@ -25,8 +28,8 @@ class ConfigMaps(Reconciler):
 
 def test_one_stream_per_resource_and_namespace(settings):
     settings.RECONCILERS_NAMESPACES = "a, b"
-    streams = watcher.build_streams([ConfigMaps], watcher.Enqueuer(threading.Event()),
-                                  threading.Event())
+    streams = build_streams([ConfigMaps], Enqueuer(threading.Event()),
+                            threading.Event())
     assert sorted((s.gvr.plural, s.namespace) for s in streams) == [
         ("configmaps", "a"), ("configmaps", "b"), ("secrets", "a"), ("secrets", "b")]
 
@@ -39,10 +42,10 @@ def test_streams_enqueue_keys_and_relist_after_redis_loses_the_cache(
     client.CoreV1Api(kube).create_namespaced_config_map(
         namespace, {"metadata": {"name": "cm"}})
     stop, done = threading.Event(), threading.Event()
-    enqueuer = watcher.Enqueuer(stop)
+    enqueuer = Enqueuer(stop)
     enqueuer.start()
-    streams = watcher.build_streams([ConfigMaps], enqueuer, stop, holder="test")
-    runner = threading.Thread(target=watcher.run_streams,
+    streams = build_streams([ConfigMaps], enqueuer, stop, holder="test")
+    runner = threading.Thread(target=run_streams,
                               args=(streams, done.is_set, "test-watcher"), daemon=True)
     runner.start()
     try:
@@ -68,7 +71,7 @@ def test_the_enqueuer_batches_what_waits(redis_client):
     from reconcilers._base.vocab import Key
 
     stop = threading.Event()
-    enqueuer = watcher.Enqueuer(stop)
+    enqueuer = Enqueuer(stop)
     for i in range(500):
         enqueuer.put(Key("configmaps", "ns", f"cm{i}"), "added")
     enqueuer.start()
@@ -88,7 +91,7 @@ def _batches_for(window: float, prefix: str, count: int, every: float) -> int:
 
     stop = threading.Event()
     with override_settings(RECONCILERS_ENQUEUE_WINDOW=window):
-        enqueuer = watcher.Enqueuer(stop)
+        enqueuer = Enqueuer(stop)
         enqueuer.start()
         for i in range(count):
             enqueuer.put(Key("configmaps", "ns", f"{prefix}{i}"), "added")
@@ -131,8 +134,8 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
     api = door.new_api_client()
     client.CoreV1Api(kube).create_namespaced_config_map(namespace, {"metadata": {"name": "a"}})
 
-    doomed = watcher.Enqueuer(threading.Event())  # never started: its keys die with it
-    (stream, _) = sorted(watcher.build_streams([ConfigMaps], doomed, threading.Event()),
+    doomed = Enqueuer(threading.Event())  # never started: its keys die with it
+    (stream, _) = sorted(build_streams([ConfigMaps], doomed, threading.Event()),
                          key=lambda s: s.gvr.plural)
     stream.reflector.list(api, initial=True)
     assert cache.get(CONFIGMAPS, namespace, "a") is not None
@@ -140,16 +143,16 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
 
     # The next watcher: its relist finds the cache up to date, the journal does not forget.
     stop = threading.Event()
-    enqueuer = watcher.Enqueuer(stop)
-    streams = watcher.build_streams([ConfigMaps], enqueuer, stop)
-    assert watcher.replay_journal(streams) >= 1
+    enqueuer = Enqueuer(stop)
+    streams = build_streams([ConfigMaps], enqueuer, stop)
+    assert replay_journal(streams) >= 1
     enqueuer.start()
     for s in streams:
         s.reflector.list(api, initial=True)
     try:
         wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="a").exists(),
                  what="the replayed key in the ledger")
-        wait_for(lambda: not cache.journalled(), what="the journal cleared")
+        wait_for(lambda: not journal.pending(), what="the journal cleared")
     finally:
         stop.set()
         enqueuer.join(5)
@@ -159,7 +162,7 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
 def test_a_stopped_enqueuer_finishes_what_is_queued_then_ends(redis_client):
     from reconcilers._base.vocab import Key
 
-    enqueuer = watcher.Enqueuer(threading.Event())
+    enqueuer = Enqueuer(threading.Event())
     for i in range(50):
         enqueuer.put(Key("configmaps", "ns", f"last{i}"), "added")
     enqueuer.stop()  # before it even started: the keys still reach the ledger
@@ -203,17 +206,17 @@ def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
     body = {"metadata": {"name": "a", "labels": {"v": "1"}}}
     door.request(api, "POST", CONFIGMAPS.path(namespace), body)
     stop = threading.Event()
-    enqueuer = watcher.Enqueuer(stop)  # never started: what it was handed stays visible
-    (stream,) = watcher.build_streams([OnlyGenerations], enqueuer, stop)
+    enqueuer = Enqueuer(stop)  # never started: what it was handed stays visible
+    (stream,) = build_streams([OnlyGenerations], enqueuer, stop)
     journalled = []
-    real_journal = cache.journal
+    real_record = journal.record
 
-    def journal(change, pipe):
+    def record(change, pipe):
         if change.path == f"{namespace}/a":  # not the namespace's kube-root-ca.crt
             journalled.append(change.path)
-        real_journal(change, pipe)
+        real_record(change, pipe)
 
-    monkeypatch.setattr(cache, "journal", journal)
+    monkeypatch.setattr(journal, "record", record)
     try:
         stream.reflector.list(api, initial=True)  # a list journals what it finds, as before
         assert journalled == [f"{namespace}/a"]
@@ -239,7 +242,7 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
     from reconcilers._base.vocab import Key
 
     stop = threading.Event()
-    enqueuer = watcher.Enqueuer(stop, backlog=3)  # never started: nothing drains it
+    enqueuer = Enqueuer(stop, backlog=3)  # never started: nothing drains it
     for i in range(3):
         enqueuer.put(Key("configmaps", "ns", f"k{i}"), "added")
     blocked = threading.Thread(target=enqueuer.put, args=(Key("configmaps", "ns", "k3"), "added"))
@@ -254,8 +257,8 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
 def test_the_heartbeat_hash_forgets_watchers_long_gone(redis_client):
     import time
 
-    redis_client.hset(watcher.HEARTBEAT_KEY, "host:1:gone", time.time() - watcher.HEARTBEAT_KEPT - 5)
-    redis_client.hset(watcher.HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
-    watcher._beats = 0
-    watcher.heartbeat("host:3:me")
-    assert set(redis_client.hkeys(watcher.HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}
+    redis_client.hset(health.WATCHER_HEARTBEAT_KEY, "host:1:gone", time.time() - health.HEARTBEAT_KEPT - 5)
+    redis_client.hset(health.WATCHER_HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
+    health._beats = 0
+    health.heartbeat("host:3:me")
+    assert set(redis_client.hkeys(health.WATCHER_HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}

@@ -1,3 +1,4 @@
 """The door to Kubernetes and the cache: the one client (``kube``), the shared object cache in
-Redis (``cache``), Events (``events``) and what a reconcile reads and writes through
-(``context``). Only ``kube`` imports the official client."""
+Redis (``cache``), the leader-term fence on its writes (``fence``), the journal of changes not
+yet in the work queue (``journal``), Events (``events``) and what a reconcile reads and writes
+through (``context``). Only ``kube`` imports the official client."""

@@ -9,14 +9,13 @@ Indexes (``Index``) are sets per stream scope, ``operator:idx:<resource>:<scope>
 of object fields, written in the same transaction as the objects; ``operator:indexes:<resource>:
 <scope>`` names the indexes that scope's watcher keeps. If
 Redis restarts empty the markers are gone too, readers fall back to the api-server, and the
-watcher notices and relists. Only this module knows the key layout.
+watcher notices and relists. Expectations (``ctx.expectations``) are sets
+``operator:expect:<name>``.
 
-Every write of a watcher's stream carries its leader's term (``Term``: the Lease's
-``leaseTransitions`` when it took the Lease) and goes through one Lua script that first compares
-it with the fence, ``operator:term:<lease>`` (the highest term Redis has seen for that Lease):
-a lower term is refused (``StaleTerm``) and nothing of its batch is written; a higher one
-raises the fence. So a paused ex-leader whose write arrives after its successor's writes
-nothing - the comparison and the write are one script, with nothing in between.
+Only this module knows these keys. Two neighbours own theirs beside them, in the same Redis and
+written in the same batches: ``fence`` (``operator:term:<lease>``, the leader's term every
+watcher write is checked against) and ``journal`` (``operator:pending``, the changes cached
+but not yet in the work queue).
 
 Objects are stored sanitised: no ``managedFields``, no last-applied annotation, and never the
 data of a Secret.
@@ -24,10 +23,8 @@ data of a Secret.
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import redis
 from django.conf import settings
@@ -57,120 +54,6 @@ def Batch(transaction: bool = True) -> redis.client.Pipeline:  # noqa: N802 - a 
     (redis-py's retry): every write here sets a value or membership (never increments), so
     applying a batch twice leaves what once does."""
     return get_redis().pipeline(transaction=transaction)
-
-
-class StaleTerm(Exception):
-    """A newer leader writes this cache: the write of an older term was refused."""
-
-    def __init__(self, term: "Term", fence: int):
-        super().__init__(f"term {term.number} of Lease {term.lease} is stale: a leader of "
-                         f"term {fence} writes the cache now")
-        self.term, self.fence = term, fence
-
-
-@dataclass(frozen=True)
-class Term:
-    """A leader's term: its Lease (``<namespace>/<name>``) and the Lease's
-    ``leaseTransitions`` when it took it. The api-server orders acquisitions (each one is an
-    update conditional on the Lease's resourceVersion), so a successor's term is always
-    higher - unlike a counter a new leader would bump in Redis, which a paused ex-leader
-    could bump after its successor."""
-
-    lease: str
-    number: int
-
-    @property
-    def fence_key(self) -> str:
-        return f"operator:term:{self.lease}"
-
-
-# KEYS[1]: the fence; ARGV[1]: the writer's term, then each command as its argument count
-# and its arguments. Returns {1, fence} when applied, {0, fence} when refused.
-_FENCED = """
-local fence = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local term = tonumber(ARGV[1])
-if term < fence then return {0, fence} end
-if term > fence then redis.call('SET', KEYS[1], ARGV[1]) end
-local i = 2
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
-  i = i + n + 1
-end
-return {1, term}
-"""
-
-# Arguments per command inside the script: Lua's ``unpack`` stops near 8,000 values.
-_MAX_ARGS = 2000
-# Commands whose arguments after the key (all of them for DEL) may be split into several
-# commands of the same effect, and how many arguments make one item.
-_SPLITTABLE = {b"HSET": 2, b"HDEL": 1, b"SADD": 1, b"SREM": 1}
-
-
-class FencedBatch:
-    """A ``Batch`` of a leader's writes, applied by the fence script: all of them if ``term``
-    is current, none if a newer leader's term is in Redis (``StaleTerm``). Atomic as a script
-    is: no other client's command runs in between. Unlike MULTI, a command Redis refuses
-    part-way (a wrong type) leaves the ones before it applied; the cache sends only hash, set
-    and string writes of keys it owns. Commands are recorded on a redis-py pipeline, which
-    is never sent itself."""
-
-    def __init__(self, term: Term):
-        self.term = term
-        self._pipe = get_redis().pipeline(transaction=False)
-
-    def __getattr__(self, name: str):  # hset, hdel, set, sadd, srem, delete: recorded
-        return getattr(self._pipe, name)
-
-    def execute(self) -> None:
-        argv: list = [self.term.number]
-        for args, _ in self._pipe.command_stack:
-            for part in _split(args):
-                argv += [len(part), *part]
-        self._pipe.reset()
-        applied, fence = _fenced_script(get_redis())(keys=[self.term.fence_key], args=argv)
-        if not applied:
-            raise StaleTerm(self.term, int(fence))
-
-
-def _split(args: tuple) -> list[tuple]:
-    if len(args) <= _MAX_ARGS:
-        return [args]
-    name = args[0].upper().encode() if isinstance(args[0], str) else args[0].upper()
-    if name == b"DEL":
-        return [(args[0], *args[i:i + _MAX_ARGS]) for i in range(1, len(args), _MAX_ARGS)]
-    width = _SPLITTABLE.get(name)
-    if width is None:
-        raise ValueError(f"{name.decode()} with {len(args)} arguments is too long to fence")
-    step = _MAX_ARGS // width * width
-    return [(args[0], args[1], *args[i:i + step]) for i in range(2, len(args), step)]
-
-
-@functools.lru_cache(maxsize=8)
-def _fenced_script(client: redis.Redis):
-    return client.register_script(_FENCED)
-
-
-@per_process
-def _prompt_client_for(url: str) -> redis.Redis:
-    """The client of the leader's own fence calls: they run inside its renew deadline, so
-    they give up within 2 s, not 10 - a black-holed Redis must not hold a round past it."""
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-
-
-def raise_fence(term: Term) -> int:
-    """Raise the fence of ``term``'s Lease to it (never lower it); returns the fence after -
-    above ``term`` when a newer leader, or an older history of the Lease, has been here.
-    A new leader calls it before its streams start."""
-    client = _prompt_client_for(settings.REDIS_URL)
-    applied, fence = _fenced_script(client)(keys=[term.fence_key], args=[term.number])
-    return int(fence) if not applied else term.number
-
-
-def Writes(term: Term | None) -> "redis.client.Pipeline | FencedBatch":  # noqa: N802
-    """A watcher's batch of cache writes: fenced by its leader's ``term``, or a plain
-    ``Batch`` where no leader election runs (one watcher, nothing to fence against)."""
-    return Batch() if term is None else FencedBatch(term)
 
 
 def _objects_key(gvr: GVR) -> str:
@@ -396,61 +279,3 @@ def get_if_synced(gvr: GVR, namespace: str | None, name: str) -> tuple[bool, dic
     batch.hget(_objects_key(gvr), field(namespace, name))
     synced, raw = batch.execute()
     return bool(synced), (json.loads(raw) if raw is not None else None)
-
-
-# --- the journal of changes not yet in the work queue -------------------------------------
-#
-# The watcher writes an object to the cache *before* its key reaches the ledger. A watcher that
-# dies in between would lose the change: after a restart the relist finds the cache already up
-# to date. So every change is also journalled, in the same MULTI as the cache write, and
-# cleared only once its keys are in the ledger; a new leader replays what is left.
-
-_PENDING = "operator:pending"
-_CLEAR_IF_SAME = """
-for i = 1, #KEYS do
-  local raw = redis.call('HGET', ARGV[1], KEYS[i])
-  if raw and cjson.decode(raw)['t'] == ARGV[i + 1] then redis.call('HDEL', ARGV[1], KEYS[i]) end
-end
-return 0
-"""
-
-
-@dataclass(frozen=True)
-class Change:
-    """A journalled change: enough to route it again and the token that clears exactly this
-    entry, not a newer one of the object. The journal keeps the object only for a deletion
-    (its last state names the owner); a live object is read back from the cache on replay."""
-
-    resource: str  # GVR.id
-    path: str
-    obj: dict | None  # None when read back from the journal for a live object
-    deleted: bool
-    token: str
-
-    @property
-    def field(self) -> str:
-        return f"{self.resource}|{self.path}"
-
-
-def journal(change: Change, pipe: redis.client.Pipeline) -> None:
-    pipe.hset(_PENDING, change.field, json.dumps(
-        {"t": change.token, "d": change.deleted, "o": change.obj if change.deleted else None},
-        separators=(",", ":")))
-
-
-def clear_journal(changes: Iterable[Change]) -> None:
-    """Forget changes whose keys are in the ledger (unless the object changed again since)."""
-    changes = list(changes)
-    for start in range(0, len(changes), 500):
-        chunk = changes[start:start + 500]
-        get_redis().eval(_CLEAR_IF_SAME, len(chunk), *[c.field for c in chunk], _PENDING,
-                         *[c.token for c in chunk])
-
-
-def journalled() -> list[Change]:
-    out = []
-    for raw_field, raw in get_redis().hscan_iter(_PENDING, count=1000):
-        resource, _, path = raw_field.decode().partition("|")
-        entry = json.loads(raw)
-        out.append(Change(resource, path, entry["o"], entry["d"], entry["t"]))
-    return out

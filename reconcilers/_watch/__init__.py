@@ -1,4 +1,5 @@
-"""Watching: list and watch into the cache (``reflector``), events to keys (``handlers``), the
-watcher's streams, enqueuer and lifecycle (``watcher``), leader election (``leader``), the
-scopes deployments announce (``scopes``), the new leader's start pass (``onstart``), and the
-health the probes report (``health``)."""
+"""Watching: list and watch into the cache (``reflector``), events to keys (``handlers``), keys
+into the work queue (``enqueuer``), the streams wired from the reconcilers (``streams``), the
+watcher's lifecycle and supervisor (``lifecycle``), leader election (``leader``), the scopes
+deployments announce (``scopes``), the new leader's start pass (``onstart``), and the health
+the probes and the heartbeat report (``health``)."""

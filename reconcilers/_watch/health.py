@@ -14,12 +14,16 @@ The worker and watcher checks run inside their own containers (compose healthche
 - worker: a Celery control ping addressed to *this* container's worker node. The reply comes from
   the worker's consumer loop, so it proves the worker is connected to the broker and consuming.
 - watcher: the watcher writes hash ``operator:heartbeat:watcher`` field ``<hostname>:<pid>`` =
-  unix time every few seconds; the check reads this host's watcher's field and fails when it is
-  missing or older than ``OPERATOR_HEALTH_WATCHER_MAX_AGE``.
+  unix time every few seconds (``heartbeat``, below, beside its reader); the check reads this
+  host's watcher's field and fails when it is missing or older than
+  ``OPERATOR_HEALTH_WATCHER_MAX_AGE``.
 
 Which worker node or watcher pid is "ours" is read from the processes' own command lines in
 ``/proc``: under host networking every container shares the host's name, so the name alone
 cannot tell scaled replicas apart.
+
+The watcher's own ``/healthz``, ``/readyz`` and scrape-time gauges are ``Health``'s, served
+beside its work by ``probes``.
 """
 
 from __future__ import annotations
@@ -32,20 +36,26 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from django.conf import settings
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from reconcilers._kube import kube
 from reconcilers._base import metrics
 from reconcilers._base.conf import process_setting
-from reconcilers._base.probes import check_database, check_redis
+from reconcilers._base.probes import Endpoint, answers, check_database, check_redis
 from reconcilers._kube.cache import get_redis
-from reconcilers._watch.watcher import HEARTBEAT_KEY as WATCHER_HEARTBEAT_KEY
+from reconcilers._queue import workqueue
+
+if TYPE_CHECKING:
+    from reconcilers._watch.streams import Stream
 
 log = logging.getLogger(__name__)
+
+WATCHER_HEARTBEAT_KEY = "operator:heartbeat:watcher"
 
 
 @dataclass(frozen=True)
@@ -225,3 +235,83 @@ def watcher_heartbeat(pid: int, max_age: float) -> CheckResult:
         return CheckResult(False, _ms_since(start),
                            f"heartbeat from {field} is {age:.0f}s old (max {max_age:.0f}s)")
     return CheckResult(True, _ms_since(start))
+
+
+# --- the watcher's own: its heartbeat and its probes ------------------------------------------
+
+
+HEARTBEAT_KEPT = 600.0  # seconds a departed watcher's field stays in the heartbeat hash
+_beats = 0
+
+
+def heartbeat(identity: str) -> None:
+    """Write this watcher's beat; every minute or so, drop the fields of watchers gone for
+    ``HEARTBEAT_KEPT`` (each start adds a field: the hash would grow with every restart)."""
+    global _beats
+    try:
+        r = get_redis()
+        now = time.time()
+        r.hset(WATCHER_HEARTBEAT_KEY, identity, now)
+        _beats += 1
+        if _beats % 60 == 1:
+            stale = [f for f, beat in r.hgetall(WATCHER_HEARTBEAT_KEY).items()
+                     if now - float(beat) > HEARTBEAT_KEPT]
+            if stale:
+                r.hdel(WATCHER_HEARTBEAT_KEY, *stale)
+    except Exception as exc:
+        log.warning("heartbeat failed: %s", exc)
+
+
+class Health:
+    """What a watcher's probes and scrape-time metrics read: when its loop last turned, its
+    leadership, its streams. Written by the watcher's main thread, read by the probe server."""
+
+    LOOP_MAX_AGE = 60.0
+
+    def __init__(self, elector=None) -> None:
+        self.elector = elector
+        self.streams: list[Stream] = []
+        self._tick = time.monotonic()
+
+    def tick(self) -> None:
+        self._tick = time.monotonic()
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader.is_set()
+
+    def live(self) -> dict[str, bool]:
+        return {"loop": time.monotonic() - self._tick < self.LOOP_MAX_AGE}
+
+    def ready(self) -> dict[str, bool]:
+        """Leading with every stream's cache synced, or a standby the api-server answers;
+        either way with PostgreSQL (the ledger) and Redis (the cache) answering."""
+        checks = {"database": answers(check_database),
+                  "redis": answers(lambda t: check_redis(settings.REDIS_URL, t))}
+        if not self.leading:
+            return {**checks, "standby": self.elector.campaigning()}
+        streams = list(self.streams)
+        return {**checks, "leading": True,
+                "caches synced": bool(streams) and all(s.synced for s in streams)}
+
+    def gauges(self) -> list[tuple[str, str, list[str], list]]:
+        streams = list(self.streams) if self.leading else []
+        families = [
+            ("operator_leader", "1 while this watcher leads (runs the streams)", [],
+             [((), 1.0 if self.leading else 0.0)]),
+            ("operator_cache_objects", "Objects this watcher's streams hold in the cache",
+             ["resource", "namespace"],
+             [((s.gvr.id, s.namespace or ""), len(s.reflector.known)) for s in streams]),
+            ("operator_stream_synced", "1 when the stream's part of the cache is complete",
+             ["resource", "namespace"],
+             [((s.gvr.id, s.namespace or ""), float(s.synced)) for s in streams]),
+        ]
+        if self.leading:  # one source for the ledger's figures: the leader
+            try:
+                families += workqueue.gauges()
+            finally:
+                connection.close()  # each scrape has its own thread, and so its own connection
+        return families
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint("watcher", self.live, self.ready, [metrics.Computed(self.gauges)])

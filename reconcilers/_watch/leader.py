@@ -18,7 +18,7 @@ stops renewing. The rules, each from client-go:
 
 Each acquisition is a term: the Lease's ``leaseTransitions`` after it (``term``), which the
 api-server's ordering of conditional updates makes higher for every successor. ``fence``
-raises the shared cache's write fence to it (``cache.raise_fence``) before ``is_leader`` is
+raises the shared cache's write fence to it (``fence.raise_fence``) before ``is_leader`` is
 set, so a paused predecessor's cache writes are refused from then on. A fence already above
 the term while this process holds the Lease means the Lease was deleted and made again (its
 count restarted): the term is moved above the fence by one more conditional update.
@@ -56,7 +56,7 @@ class LeaderElector:
                  retry_period: float | None = None, clock=time.monotonic,
                  fence: Callable[[int], int] | None = None):
         """``fence(term)``: raise the write fence to ``term``, return the highest term it has
-        seen (``cache.raise_fence``); None: no fence (tests of the election alone)."""
+        seen (``fence.raise_fence``); None: no fence (tests of the election alone)."""
         self.identity, self.namespace, self.name = identity, namespace, name
         self.lease_seconds = lease_seconds
         # client-go's defaults are 15 s / 10 s / 2 s: keep the same proportions.

@@ -8,7 +8,8 @@ runs between its arguments and its exit.
 2. campaign for the Lease (``leader``) when leader election is on;
 3. for each term it leads: start the enqueuer and, if configured, the periodic sender; build
    the streams, fenced by the term; announce this deployment's scope (``scopes``); replay the
-   journal; then supervise the streams (``run_streams``) with the start pass (``onstart``) and
+   journal; then supervise the streams (``run_streams``: a thread each, the heartbeat, the
+   synced markers kept alive, the status rows flushed) with the start pass (``onstart``) and
    the scope forgetting on every tick, until told to stop or the term ends;
 4. on stop, release the Lease so a successor leads at once.
 
@@ -20,18 +21,24 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from typing import Callable, Iterable, TextIO
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from reconcilers._authoring import crds
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._authoring.registry import registry
 from reconcilers._base import probes
 from reconcilers._base.conf import process_setting, settings
+from reconcilers._base.vocab import GVR
 from reconcilers._kube import cache
+from reconcilers._kube.fence import Term, raise_fence
 from reconcilers._queue import broker, periodic, workqueue
-from reconcilers._watch import leader, onstart, scopes, watcher
+from reconcilers._watch import leader, onstart, scopes
+from reconcilers._watch.enqueuer import Enqueuer
+from reconcilers._watch.health import Health, heartbeat
+from reconcilers._watch.streams import Stream, build_streams, replay_journal
 from reconcilers.models import RegisteredReconciler
 
 log = logging.getLogger(__name__)
@@ -49,7 +56,7 @@ class Watcher:
         self.declares_timers = declares_timers
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.health = watcher.Health()
+        self.health = Health()
 
     def run(self, names: list[str], until: threading.Event) -> None:
         """Watch the reconcilers ``names`` (registered ones) until ``until`` is set."""
@@ -60,7 +67,7 @@ class Watcher:
             self._warn("no reconcilers are registered: add an app with a reconcilers.py "
                        "to INSTALLED_APPS (or OPERATOR_SAMPLES=1); idling")
             while not until.wait(5):
-                watcher.heartbeat(self.identity)
+                heartbeat(self.identity)
                 health.tick()
             return
         classes = [registry.get_class(n) for n in names]
@@ -77,7 +84,7 @@ class Watcher:
         if conf.leader_election:
             elector = leader.LeaderElector(
                 self.identity, conf.lease_namespace, conf.lease_name, conf.leader_lease_seconds,
-                fence=lambda number: cache.raise_fence(cache.Term(lease, number)))
+                fence=lambda number: raise_fence(Term(lease, number)))
             campaign = threading.Thread(target=elector.run, args=(until,), daemon=True)
             campaign.start()
         health.elector = elector
@@ -85,12 +92,12 @@ class Watcher:
         self._say(f"watching {', '.join(names)} as {self.identity}")
         while not until.is_set():
             if elector is not None and not elector.is_leader.wait(1):
-                watcher.heartbeat(self.identity)
+                heartbeat(self.identity)
                 health.tick()
                 continue
             # Every cache write of this term's streams carries it: once a successor's is in
-            # Redis, they write nothing (``cache.FencedBatch``).
-            fence = None if elector is None else cache.Term(lease, elector.term)
+            # Redis, they write nothing (``fence.FencedBatch``).
+            fence = None if elector is None else Term(lease, elector.term)
             self._say("leading: starting streams"
                       + (f" (term {fence.number})" if fence else ""))
             self._lead(classes, until, elector, fence)
@@ -99,15 +106,15 @@ class Watcher:
         self._say("watch stopped")
 
     def _lead(self, classes: list[type[Reconciler]], stop: threading.Event,
-              elector: leader.LeaderElector | None, fence: cache.Term | None) -> None:
+              elector: leader.LeaderElector | None, fence: Term | None) -> None:
         """One term: its enqueuer, periodic sender and streams, until it ends or ``stop``."""
         term = threading.Event()
-        enqueuer = watcher.Enqueuer(term)
+        enqueuer = Enqueuer(term)
         enqueuer.start()
         if settings().watcher_schedules:
             periodic.Sender(periodic.schedule(self.declares_timers(classes)),
                             broker.send_periodic, until=term.is_set).start()
-        streams = watcher.build_streams(classes, enqueuer, term, self.identity, term=fence)
+        streams = build_streams(classes, enqueuer, term, self.identity, term=fence)
         forgetting = self._announce(classes, stop)
         self._replay(streams, stop)
         start_pass = onstart.StartPass(classes)
@@ -116,7 +123,7 @@ class Watcher:
             start_pass(running)
             forgetting()
 
-        watcher.run_streams(streams, until=lambda: stop.is_set() or (
+        run_streams(streams, until=lambda: stop.is_set() or (
             elector is not None and (not elector.is_leader.is_set()
                                      or elector.term != fence.number)),
             identity=self.identity, health=self.health, wake=stop, tick=tick)
@@ -162,7 +169,7 @@ class Watcher:
         delay = 0.5
         while not stop.is_set():
             try:
-                replayed = watcher.replay_journal(streams)
+                replayed = replay_journal(streams)
                 if replayed:
                     self._say(f"replayed {replayed} changes a previous watcher had "
                               "not enqueued")
@@ -210,3 +217,52 @@ def _ready_sender() -> None:
         workqueue.connect_sender()
     except Exception as exc:
         log.warning("could not connect the sender ahead of leading: %s", exc)
+
+
+def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
+                health: Health | None = None, wake: threading.Event | None = None,
+                tick: Callable[[list[Stream]], None] | None = None) -> None:
+    """Run streams in threads until ``until()`` is true; heartbeat meanwhile, and call
+    ``tick(streams)`` (the start pass) each second. Setting ``wake`` (the process's stop event)
+    makes it look at once rather than at its next tick."""
+    health = health or Health()
+    health.streams = streams
+    threads = [threading.Thread(target=s.run, daemon=True, name=f"stream:{s.gvr.id}")
+               for s in streams]
+    for t in threads:
+        t.start()
+    while not until():
+        heartbeat(identity)
+        health.tick()
+        for s in streams:
+            # Keep the synced marker alive; if Redis restarted empty it is gone: relist.
+            if (s.status.resource_version and not s.reflector.relist_requested.is_set()
+                    and not _keep_synced(s.gvr, s.namespace)):
+                s.reflector.request_relist()
+            s.status.save()  # flushes counters of a quiet stream (throttled to every 5 s)
+        if tick is not None:
+            tick(streams)
+        # Heartbeat each second, but notice a stop at once: a restarted watcher's successor
+        # waits for this one to let go.
+        for _ in range(20):
+            if until():
+                break
+            if wake is not None:
+                wake.wait(0.05)
+            else:
+                time.sleep(0.05)
+    for s in streams:
+        s.abort()
+    for t in threads:
+        t.join(15)
+    for s in streams:
+        s.status.save()  # how each stream ended
+    health.streams = []
+    connection.close()
+
+
+def _keep_synced(gvr: GVR, namespace: str | None) -> bool:
+    try:
+        return cache.keep_synced(gvr, namespace)
+    except Exception:  # Redis unreachable: nothing to refill yet
+        return True

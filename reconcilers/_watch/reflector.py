@@ -13,7 +13,7 @@ api-server answers 410 and it relists after all.
 
 Each change goes to the shared cache *before* it is reported (``deliver(trigger, old, new,
 change)``), so whoever runs the key reads this version or a newer one; in the same Redis
-transaction it is journalled (``cache.journal``), so a watcher that dies before the keys reach
+transaction it is journalled (``journal.record``), so a watcher that dies before the keys reach
 the ledger loses nothing: the next leader replays the journal. What to do with a change is the
 handlers' business (``handlers.py``), not the reflector's.
 
@@ -22,8 +22,8 @@ transaction as the objects they file. Only the reflector's own thread changes ``
 ``Known``) and ``resource_version``; other threads ask for a relist through
 ``relist_requested`` (e.g. after Redis lost the cache).
 
-Every cache write carries the leader's term (``term``, a ``cache.Term``): Redis refuses the
-writes of a term older than the newest leader's (``cache.StaleTerm``), so a paused ex-leader's
+Every cache write carries the leader's term (``term``, a ``fence.Term``): Redis refuses the
+writes of a term older than the newest leader's (``fence.StaleTerm``), so a paused ex-leader's
 stream never writes an old object over its successor's. A refused stream stops, with every
 stream of its term (they share ``stop``): its leader has been replaced.
 """
@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Callable, Mapping
 
-from reconcilers._kube import cache, kube
+from reconcilers._kube import cache, fence, journal, kube
 from reconcilers._base import metrics
 from reconcilers._base.conf import settings
 from reconcilers.models import Trigger
@@ -52,7 +52,7 @@ Wants = Callable[["dict | None", "dict | None"], bool]
 
 # deliver(trigger, old, new, change): ``change`` is the journal entry to clear once the
 # change's keys are in the ledger.
-Deliver = Callable[[str, "dict | None", "dict | None", "cache.Change"], None]
+Deliver = Callable[[str, "dict | None", "dict | None", "journal.Change"], None]
 
 
 # Seconds before the first reconnect after a watch or list error.
@@ -144,7 +144,7 @@ class Reflector:
     def __init__(self, gvr: GVR, namespace: str | None, deliver: Deliver,
                  stop: threading.Event, status=None, indexes: Mapping[str, Index] | None = None,
                  scope: CacheScope = CacheScope(), wants: Wants | None = None,
-                 term: cache.Term | None = None):
+                 term: fence.Term | None = None):
         self.gvr, self.namespace = gvr, namespace
         self.term = term  # the leader's term every cache write carries (None: unfenced)
         self.indexes = dict(indexes or {})
@@ -215,7 +215,7 @@ class Reflector:
 
                 self.watch(api)
                 delay = FIRST_RETRY
-            except cache.StaleTerm as exc:
+            except fence.StaleTerm as exc:
                 # A newer leader writes the cache: this process's leadership is over, whatever
                 # its elector has not noticed yet. Every stream of the term stops.
                 log.warning("%s: %s; stopping the streams of this term", self.gvr.id, exc)
@@ -249,7 +249,7 @@ class Reflector:
         if self.indexes:  # this watcher's index functions may differ from its predecessor's
             self.known = Known(self.gvr, self.namespace,
                                cache.objects(self.gvr, self.namespace))
-            pipe = cache.Writes(self.term)
+            pipe = fence.Writes(self.term)
             self._refile_all(self.known.all(), pipe)
             pipe.execute()
         else:
@@ -304,14 +304,14 @@ class Reflector:
                    for path, obj in seen.items() if _rv(previous.get(path)) != _rv(obj)]
         changes += [(Trigger.DELETED, previous[path], None,
                      self._change(path, previous[path], True)) for path in vanished]
-        pipe = cache.Writes(self.term)
+        pipe = fence.Writes(self.term)
         cache.put_many(self.gvr, seen.values(), pipe)
         for path in vanished:
             ns, name = split_object_path(path)
             cache.delete(self.gvr, ns or None, name, pipe)
         self._refile_all(seen, pipe)
         for *_, change in changes:
-            cache.journal(change, pipe)
+            journal.record(change, pipe)
         # The position in the same transaction as the objects: a watcher dying in between
         # would leave newer objects under an older position, for a successor to resume from
         # and replay older events over.
@@ -367,7 +367,7 @@ class Reflector:
             counter.inc()
         if kind == "BOOKMARK":
             self.resource_version = rv or self.resource_version
-            pipe = cache.Writes(self.term)
+            pipe = fence.Writes(self.term)
             cache.advance(self.gvr, self.namespace, self.resource_version, self._stream, pipe)
             pipe.execute()
             self.known.complete_if_due()
@@ -379,7 +379,7 @@ class Reflector:
         existed = old is not None
         # One transaction per event: the object (or its removal), its index entries, the
         # journalled change and the stream's position land together or not at all.
-        pipe = cache.Writes(self.term)
+        pipe = fence.Writes(self.term)
         if kind == "DELETED":
             trigger, old, new = Trigger.DELETED, old or cache.sanitize(obj), None
             change = self._change(path, old, True) if self._wanted(old, None) else None
@@ -391,7 +391,7 @@ class Reflector:
             cache.put_many(self.gvr, [new], pipe)
         self._reindex(path, old, new, pipe)
         if change is not None:
-            cache.journal(change, pipe)
+            journal.record(change, pipe)
         cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream, pipe)
         pipe.execute()
         if new is None:
@@ -450,9 +450,9 @@ class Reflector:
         for path, obj in seen.items():
             self._reindex(path, None, obj, pipe)
 
-    def _change(self, path: str, obj: dict, deleted: bool) -> cache.Change:
+    def _change(self, path: str, obj: dict, deleted: bool) -> journal.Change:
         self._changes += 1
-        return cache.Change(self.gvr.id, path, obj, deleted, f"{self._run_id}:{self._changes}")
+        return journal.Change(self.gvr.id, path, obj, deleted, f"{self._run_id}:{self._changes}")
 
     def _note(self, what: str, error: str = "") -> None:
         if self.status is not None:

@@ -255,7 +255,8 @@ def test_changes_while_the_watcher_is_down_converge_and_deletions_are_finalized_
 def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namespace, probe_crds,
                                                                     redis_client):
     """A real 410 Gone from the api-server, handled by the real stream code in-process."""
-    from reconcilers._watch import watcher
+    from reconcilers._watch.enqueuer import Enqueuer
+    from reconcilers._watch.streams import Stream
     from reconcilers._watch.handlers import PRIMARY, Handler
     from reconcilers._watch.reflector import Gone
     from reconcilers._authoring.registry import registry
@@ -263,10 +264,10 @@ def test_an_expired_resource_version_relists_and_emits_what_changed(kube, namesp
     create(kube, namespace, "stays", value=1)
     create(kube, namespace, "goes", value=1)
     stop = threading.Event()
-    enq = watcher.Enqueuer(stop)
+    enq = Enqueuer(stop)
     cls = registry.get_class(PROBE)
-    stream = watcher.Stream(cls.primary(), [Handler(cls, PRIMARY)], enq, stop,
-                          namespace=namespace).reflector
+    stream = Stream(cls.primary(), [Handler(cls, PRIMARY)], enq, stop,
+                    namespace=namespace).reflector
     from reconcilers._kube import kube as kube_mod
 
     api = kube_mod.new_api_client()
