@@ -230,6 +230,59 @@ def test_keys_waiting_for_a_run_thread_cost_one_statement_each_not_two(
         assert got["status"]["seen"] == 1
 
 
+def test_a_run_thread_claims_each_waiting_key_in_the_statement_ending_the_run_before(
+        kube, namespace, probe_crds, reg, redis_client, monkeypatch):
+    """The thread pool's run loop (``runner.work``): of a message's keys waiting for the one
+    run thread, only the first is claimed on its own; each other one by the statement that
+    ends the run before it, and all of them run on that thread."""
+    import threading
+
+    from django.db import connection
+
+    from reconcilers._queue import workqueue
+    from reconcilers._run import pool
+
+    ran: set[str] = set()
+
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            ran.add(threading.current_thread().name)
+
+    names = ["a", "b", "c"]
+    for name in ["first", *names]:
+        make_probe(kube, namespace, name, value=1)
+    # The reconciler's first run writes its capability evidence in a transaction of its own.
+    assert runner.run(*enqueue("first", Probe.name(), namespace), registry=reg).outcome == (
+        "success")
+    ran.clear()
+    claimed: list[Key] = []
+    own_claim = workqueue.claim
+    monkeypatch.setattr(workqueue, "claim", lambda *a: claimed.append(a[0]) or own_claim(*a))
+    items = [enqueue(n, Probe.name(), namespace) for n in names]
+    reports: list = []
+
+    def message() -> None:  # a Celery pool thread
+        reports.extend(runner.run_many(items, registry=reg))
+        pool.run_all(lambda entry, lane: entry.settle(connection.close()), [None])
+
+    pool.configure(1)
+    try:
+        celery_thread = threading.Thread(target=message)
+        celery_thread.start()
+        celery_thread.join(60)
+    finally:
+        pool._line.stop()
+        pool._line = None
+    assert [r.outcome for r in reports] == ["success"] * 3
+    assert [k.name for k in claimed] == ["a"]
+    assert ran == {"run-0"}
+    assert {w.name: w.state for w in WorkItem.objects.all()} == dict.fromkeys(
+        ["first", *names], "idle")
+
+
 def test_a_busy_run_thread_still_retires_old_connections_before_each_claim(
         kube, namespace, probe_crds, reg, redis_client, monkeypatch):
     """Claims made by the statement that ends the previous run are claims too: the thread
