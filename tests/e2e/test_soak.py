@@ -154,7 +154,8 @@ def test_every_api_server_call_of_a_run_names_the_run():
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_a_short_soak_keeps_every_promise(stack, tmp_path, pool):
     """Both pools: prefork children run a message's keys one by one; the thread pool's run
-    threads hand each ending run the next waiting key (``runpool.take_next``)."""
+    threads' loop ends each run and claims the next waiting key in one statement
+    (``runner.work``)."""
     from django.db import connections
 
     connections.close_all()  # the soak restarts PostgreSQL under this process
