@@ -356,7 +356,7 @@ class WebhookCall(models.Model):
 class CapabilityEvidence(models.Model):
     """The first run that proved an observable capability criterion, per reconciler.
 
-    Written by the runner when a run proves a criterion (see ``capabilities.py``), so the
+    Written by the runner when a run proves a criterion (see ``evidence.py``), so the
     admin reads one small table instead of searching a million-row history.
     """
 
@@ -375,7 +375,7 @@ class CapabilityLevel(models.Model):
     """The five Operator SDK capability levels and their criteria (seeded by a migration).
 
     ``criteria`` is a list of ``{"id", "text", "observed"}``; ``observed`` criteria are scored
-    from the ledger and history by ``capabilities.py``, the others are the operator's claim.
+    from the ledger and history by ``evidence.py``, the others are the operator's claim.
     """
 
     level = models.PositiveSmallIntegerField(primary_key=True)

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reconcilers._kube import cache
-from reconcilers._run import capabilities, runner
+from reconcilers._run import evidence, runner
 from reconcilers._queue import ledger
-from reconcilers._run.capabilities import evidenced_level, score
+from reconcilers._run.evidence import evidenced_level, score
 from reconcilers._queue.decision import Decision
 from reconcilers._base.vocab import Key
 from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
@@ -228,14 +228,14 @@ def test_the_audit_log_is_append_only():
 def test_capability_level_is_scored_from_history():
     now = timezone.now()
 
-    capabilities._recorded.clear()  # the per-process memo outlives the flushed test database
+    evidence._recorded.clear()  # the per-process memo outlives the flushed test database
 
     def run(outcome, failures_before=0, **kw):
         defaults = dict(reconciler=PROBE, namespace="ns", name="a", started_at=now,
                         finished_at=now, duration_ms=1, outcome=outcome, generation=1)
         defaults.update(kw)
         record = ReconcileRecord.objects.create(**defaults)
-        capabilities.record_evidence(record, failures_before)
+        evidence.record_evidence(record, failures_before)
         return record
 
     assert evidenced_level(score(PROBE)) == 0
@@ -275,8 +275,8 @@ def test_capability_level_is_scored_from_history():
         started_at=now + timedelta(seconds=4))
     assert evidenced_level(score(PROBE)) == 3  # Events alone are not deep insight
     assert score(PROBE)[3].why.startswith("not met: no scrape of /metrics")
-    capabilities.record_scraped(["nobody.example.com"])  # no run to point at: no evidence
-    capabilities.record_scraped([PROBE])  # a scrape served a family it declares its own
+    evidence.record_scraped(["nobody.example.com"])  # no run to point at: no evidence
+    evidence.record_scraped([PROBE])  # a scrape served a family it declares its own
     latest = ReconcileRecord.objects.filter(reconciler=PROBE).latest("id")
     assert {c.id: c.record_id for c in score(PROBE)[3].criteria if c.observable} == {
         "events": latest.pk, "metrics": latest.pk}
@@ -297,10 +297,10 @@ def test_only_a_declared_metric_family_in_a_scrape_is_level_4_evidence():
     body = (b"# HELP controller_runtime_reconcile_total x\n"
             b'controller_runtime_reconcile_total{controller="a",result="success"} 3.0\n'
             b"probe_runs_total 4.0\nprobe_runs_created 1.7e9\n")
-    served = capabilities.served_families(body)
+    served = evidence.served_families(body)
     assert "probe_runs" in served and "controller_runtime_reconcile" in served
     assert set(registry.get_class(PROBE).metrics) & served
-    assert not capabilities.served_families(b"# HELP probe_runs x\n# TYPE probe_runs counter\n")
+    assert not evidence.served_families(b"# HELP probe_runs x\n# TYPE probe_runs counter\n")
 
 
 def test_the_date_drill_down_lists_periods_between_the_oldest_and_newest_run():

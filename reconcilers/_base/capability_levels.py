@@ -2,7 +2,7 @@
 
 Source: Operator SDK documentation, "Operator Capability Levels" (the OLM CSV annotation uses
 these names). A criterion with an ``evidence`` id is scored from the ledger and history by
-``capabilities.py``; the others can only be claimed by the operator's author.
+``evidence.py``; the others can only be claimed by the operator's author.
 
 What a run cannot show by itself - an operand upgrade, a backup, a fail-over, a scaling or
 tuning decision - the reconciler reports when its code path actually does it

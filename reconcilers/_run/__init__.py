@@ -1,4 +1,4 @@
 """Running: one reconcile from claim to record (``runner``), how a worker shares itself among
 keys (``pool``), run deadlines (``deadlines``), history rows (``history``), kept inputs and
-their replay (``inputs``, ``replay``), capability evidence (``capabilities``), durable timers
+their replay (``inputs``, ``replay``), capability evidence (``evidence``), durable timers
 (``timers``) and the Celery tasks that drive all of it (``tasks``)."""

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from django.db import connection
 from django.utils import timezone
 
-from reconcilers._run.capabilities import record_evidence
+from reconcilers._run.evidence import record_evidence
 from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
 from reconcilers._queue.workqueue import Claim, Row

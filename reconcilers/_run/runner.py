@@ -43,7 +43,7 @@ from reconcilers._base.conf import Backoff, RunLimits, settings
 from reconcilers._kube.context import Context, fence_until
 from reconcilers._queue.decision import Decision, decide
 from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
-from reconcilers._run.capabilities import HEALED, new_evidence
+from reconcilers._run.evidence import HEALED, new_evidence
 from reconcilers.models import Outcome, Trigger
 from reconcilers._authoring.registry import NotRegistered, Registry, registry as default_registry
 from reconcilers._base.results import PermanentError, Result
@@ -352,7 +352,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
 
     changed = ", ".join(done.ctx.changed_children)[:500] if done.ctx is not None else ""
     # A reported action keeps what the run changed with it: the capability evidence asks for
-    # an action the cluster saw, not only a sentence (``capabilities.EVIDENCE``).
+    # an action the cluster saw, not only a sentence (``evidence.EVIDENCE``).
     capabilities = [{**c, "changed": changed} if changed else c for c in seen.capabilities]
     if Trigger.OWNED in claim.triggers and changed:
         capabilities = [*capabilities, {"action": HEALED, "detail": changed}]

@@ -26,7 +26,7 @@ from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
-from reconcilers._run import capabilities, history, runner, pool, timers
+from reconcilers._run import evidence, history, runner, pool, timers
 from reconcilers._base import metrics, probes
 from reconcilers._base.conf import RunLimits, process_setting
 from reconcilers._authoring.registry import NotRegistered, registry
@@ -225,12 +225,12 @@ def _serve_worker_probes(sender, **_) -> None:
 
 def _scraped(body: bytes) -> None:
     """Level 4's evidence: this scrape served metric families reconcilers declare their own."""
-    served = capabilities.served_families(body)
+    served = evidence.served_families(body)
     own = [cls.name() for cls in registry if served & set(cls.metrics)]
     if not own:
         return
     try:
-        capabilities.record_scraped(own)
+        evidence.record_scraped(own)
     finally:
         db.connection.close()  # each scrape has its own thread, and so its own connection
 

@@ -11,7 +11,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from reconcilers._kube import cache
-from reconcilers._run import capabilities
+from reconcilers._run import evidence
 from reconcilers._queue import manual, resync
 from reconcilers._authoring import validation
 from reconcilers._base.vocab import Key
@@ -85,7 +85,7 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
 
     @admin.display(description="evidenced level")
     def evidenced(self, r: RegisteredReconciler) -> str:
-        return str(capabilities.evidenced_level(capabilities.score(r.name)))
+        return str(evidence.evidenced_level(evidence.score(r.name)))
 
     @admin.display(description="objects known")
     def objects_known(self, r: RegisteredReconciler) -> str:
@@ -129,7 +129,7 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
     @admin.display(description="capability levels: evidence")
     def capability_evidence(self, r: RegisteredReconciler) -> str:
         rows = []
-        for level in capabilities.score(r.name):
+        for level in evidence.score(r.name):
             rows.append((level.level, level.name, format_html("<strong>{}</strong>",
                                                               level.why), ""))
             for c in level.criteria:
