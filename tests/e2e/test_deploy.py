@@ -437,7 +437,7 @@ def test_redis_refuses_writes_at_maxmemory_rather_than_evicting(tmp_path):
             for i in range(100):
                 r.set(f"key-{i}", b"x" * 2**19)
         assert r.exists("key-0") and r.exists(f"key-{i - 1}")
-        assert "noeviction" in (REPO / "docs" / "deploying.md").read_text()
+        assert "noeviction" in (REPO / "docs" / "running" / "cluster.md").read_text()
         assert "noeviction" in (REPO / "deploy" / "secret.example.yaml").read_text()
         r.close()
     finally:
