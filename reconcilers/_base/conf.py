@@ -40,6 +40,13 @@ class Settings:
     redispatch_after: float = _s(60.0, "A queued key whose message left its queue this many "
                                        "seconds ago (judged by the oldest message still "
                                        "waiting) without starting a run is sent again.")
+    worker_stalled_after: float = _s(120.0, "A worker whose queues hold a message older "
+                                            "than this, that received none for as long and "
+                                            "runs nothing, answers its liveness probe "
+                                            "(`/healthz`) with 503, so its orchestrator "
+                                            "restarts it: Celery's Redis consumer can stop "
+                                            "consuming after a broker connection reset "
+                                            "without exiting. 0 = never.")
     reaper_interval: float = _s(10.0, "Seconds between reaper runs (lost runs, lost "
                                       "messages, due retries).")
     resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "

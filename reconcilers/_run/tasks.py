@@ -17,6 +17,8 @@ import contextlib
 import json
 import logging
 import os
+import threading
+import time
 from typing import Iterator
 
 from celery import Task, bootsteps, current_app, shared_task, signals
@@ -26,9 +28,9 @@ from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
-from reconcilers._run import evidence, history, runner, pool, timers
+from reconcilers._run import evidence, history, runner, pool, stall, timers
 from reconcilers._base import metrics, probes
-from reconcilers._base.conf import RunLimits, process_setting
+from reconcilers._base.conf import RunLimits, process_setting, settings
 from reconcilers._authoring.registry import NotRegistered, registry
 from reconcilers._base.vocab import Key
 
@@ -178,21 +180,72 @@ def _sent_at(raw: bytes | None) -> float | None:
 
 class WorkerProbes:
     """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``),
-    served by its main process: live while its consumer has not shut down, ready while it
-    consumes from the broker and PostgreSQL answers. Its scrape adds the pool's size and the
-    runs in progress (children count everything else into the multiprocess files)."""
+    served by its main process: live while its consumer has not shut down and has not stalled
+    (``stall``), ready while it consumes (not stalled either) from the broker and PostgreSQL
+    answers. Its scrape
+    adds the pool's size and the runs in progress (children count everything else into the
+    multiprocess files)."""
 
     def __init__(self, consumer) -> None:
         self.consumer = consumer
+        self.last_received = time.monotonic()
+        self._reading: threading.Thread | None = None
+        # The queues it started to consume: a stalled consumer's own list is not to be trusted.
+        self.queues = list(consumer.app.amqp.queues.consume_from or ()) or [
+            broker.default_queue()]
+        signals.task_received.connect(self._received, weak=False)
+
+    def _received(self, **_) -> None:
+        self.last_received = time.monotonic()
 
     def live(self) -> dict[str, bool]:
-        return {"worker": self.consumer.controller.blueprint.state in (None, bootsteps.RUN)}
+        why = self.stalled()
+        if why:
+            log.error("worker not live: %s", why)
+        return {"worker": self.consumer.controller.blueprint.state in (None, bootsteps.RUN),
+                "consuming": why is None}
+
+    def stalled(self) -> str | None:
+        """Why the consumer looks stalled (``stall.stalled``), or ``None``."""
+        after = settings().worker_stalled_after
+        now = time.monotonic()
+        if after <= 0 or now - self.last_received < after or state.active_requests:
+            return None  # the cheap tests first: most probes end here
+        oldest = self._oldest_waiting()
+        if oldest is None:  # cannot tell: readiness reports the broker, a restart would not help
+            return None
+        sent = [t for t in (_sent_at(raw) for raw in oldest.values()) if t is not None]
+        return stall.stalled(now=now, last_received=self.last_received,
+                             running=len(state.active_requests),
+                             oldest_sent=min(sent) if sent else None, wall_now=time.time(),
+                             stalled_after=after)
 
     def ready(self) -> dict[str, bool]:
         url = current_app.conf.broker_url
-        return {"consuming": self.consumer.blueprint.state == bootsteps.RUN,
+        return {"consuming": self.consumer.blueprint.state == bootsteps.RUN
+                and self.stalled() is None,
                 "broker": probes.answers(lambda t: probes.check_redis(url, t)),
                 "database": probes.answers(probes.check_database)}
+
+    def _oldest_waiting(self, timeout: float = 1.0) -> dict[str, bytes | None] | None:
+        """The oldest message of each queue this worker started to consume, read in a
+        thread of its own and given ``timeout``: a broker cut off by the network must not hold
+        the probe past its own timeout (the kubelet would count that as a failure). ``None``:
+        not known in time, or a read is still hanging from an earlier probe."""
+        if self._reading is not None and self._reading.is_alive():
+            return None
+        found: dict[str, dict] = {}
+
+        def read() -> None:
+            try:
+                found["oldest"] = broker.oldest_waiting(self.queues) or {}
+            except Exception as exc:  # the broker down
+                log.warning("could not read this worker's queues: %s", exc)
+
+        self._reading = threading.Thread(target=read, name="stall-check", daemon=True)
+        self._reading.start()
+        self._reading.join(timeout)
+        return found.get("oldest")
 
     def gauges(self) -> list[tuple[str, str, list[str], list]]:
         active: dict[str, int] = {cls.name(): 0 for cls in registry}

@@ -354,3 +354,41 @@ def test_the_compose_healthchecks_ask_the_processes_own_endpoints(operator):
 
 def _fail(what: str) -> None:
     raise AssertionError(f"{what} is not healthy yet")
+
+
+def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(operator):
+    """Celery's Redis consumer can stop consuming after a broker connection reset and never
+    exit (``reconcilers._run.stall``). Celery's own ``cancel_consumer`` stands in for that:
+    the process lives and serves its probes, but a message in its queue waits. Once it has
+    waited ``RECONCILERS_WORKER_STALLED_AFTER`` with the worker idle, ``/healthz`` answers 503
+    (an orchestrator restarts the worker); consuming again, it is live again and runs the key."""
+    from reconcilers._base.vocab import Key
+    from reconcilers._queue import broker, workqueue
+
+    port = _free_port()
+    operator.env.update({"OPERATOR_WORKER_HTTP_PORT": str(port),
+                         "RECONCILERS_WORKER_STALLED_AFTER": "3"})
+    operator.start_worker(concurrency=2, pool="threads")
+    queue = broker.default_queue()
+    control = broker.app().control
+
+    def live(expected: int) -> None:
+        status, body = _get(port, "/healthz")
+        assert status == expected, body
+        assert json.loads(body)["checks"]["consuming"] is (expected == 200), body
+
+    _eventually(lambda: live(200), timeout=60, what="the worker's probes")
+    assert control.cancel_consumer(queue, reply=True, timeout=10), "no worker answered"
+    workqueue.add([Key(PROBE, operator.namespace, "waits")], "test")
+    time.sleep(2)
+    live(200)  # waited less than the bound: not yet a stall
+    _eventually(lambda: live(503), timeout=30, what="liveness to fail while the key waits")
+
+    assert control.add_consumer(queue, reply=True, timeout=10), "no worker answered"
+    _eventually(lambda: live(200), timeout=30, what="liveness back once it consumes")
+    _eventually(lambda: _assert(ReconcileRecord.objects.filter(name="waits").exists()),
+                timeout=30, what="the waiting key run")
+
+
+def _assert(condition: bool) -> None:
+    assert condition

@@ -1,0 +1,31 @@
+"""When a worker's consumer has stopped consuming without exiting.
+
+Celery's Redis consumer can stop taking messages after its broker connection is reset, with
+nothing logged and the process alive (celery/celery#10302, open in the versions this project
+pins): the ledger loses nothing - every key stays queued and the reaper keeps re-sending - but
+nothing runs until the worker restarts. So the worker's liveness (``/healthz``) reports it,
+and its orchestrator restarts it as for any hung process: a worker is stalled when a message
+in one of its queues has waited longer than ``RECONCILERS_WORKER_STALLED_AFTER``, it received
+none for as long, and it runs nothing now. A busy worker is never called stalled (it takes no
+message while its slots are full), nor one that cannot tell (the broker down, a broker that
+keeps no list to look into, a message without the ledger's send time): readiness reports an
+unreachable broker, and restarting a worker would not bring it back.
+"""
+
+from __future__ import annotations
+
+
+def stalled(*, now: float, last_received: float, running: int, oldest_sent: float | None,
+            wall_now: float, stalled_after: float) -> str | None:
+    """Why this worker's consumer looks stalled, or ``None``. ``now``/``last_received`` are
+    this process's monotonic clock; ``oldest_sent`` is the ledger's send time (the database's
+    wall clock) of the oldest message waiting in the worker's queues, ``wall_now`` this
+    host's wall clock."""
+    if stalled_after <= 0 or running or oldest_sent is None:
+        return None
+    quiet = now - last_received
+    waited = wall_now - oldest_sent
+    if quiet < stalled_after or waited < stalled_after:
+        return None
+    return (f"a message has waited {waited:.0f} s in this worker's queues and none reached "
+            f"it for {quiet:.0f} s while it runs nothing: its consumer stopped")

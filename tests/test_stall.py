@@ -1,0 +1,41 @@
+"""A worker's consumer that stopped consuming is reported not live (``reconcilers._run.stall``);
+a busy, fresh or blind worker never is. Pure logic; the soak shows the whole path (a worker
+whose liveness probe fails is restarted, as an orchestrator would)."""
+
+from __future__ import annotations
+
+from reconcilers._run.stall import stalled
+
+AFTER = 60.0
+
+
+def _judge(**overrides):
+    facts = {"now": 1000.0, "last_received": 900.0, "running": 0, "oldest_sent": 5000.0,
+             "wall_now": 5100.0, "stalled_after": AFTER}
+    return stalled(**{**facts, **overrides})
+
+
+def test_a_message_waiting_long_while_an_idle_worker_received_nothing_is_a_stall():
+    why = _judge()
+    assert why and "100 s" in why and "consumer stopped" in why
+
+
+def test_a_worker_running_something_is_busy_not_stalled():
+    assert _judge(running=1) is None
+
+
+def test_a_worker_that_received_a_message_lately_is_not_stalled():
+    assert _judge(last_received=990.0) is None
+
+
+def test_a_message_that_has_not_waited_long_is_no_stall():
+    assert _judge(oldest_sent=5090.0) is None
+
+
+def test_a_worker_that_cannot_tell_how_long_a_message_waited_is_not_stalled():
+    """No list to look into, the broker down, or a message the ledger did not send."""
+    assert _judge(oldest_sent=None) is None
+
+
+def test_the_check_can_be_turned_off():
+    assert _judge(stalled_after=0) is None
