@@ -43,6 +43,32 @@ GROUP, VERSION, PLURAL = "soak.operator.local", "v1", "soakitems"
 CRD = REPO / "soak" / "soakapp" / "crds" / "soakitems.soak.operator.local.yaml"
 REDIS_DB = 7
 MODES = ("all", "proxy")  # proxy: no restart of the stack's services (a shared stack)
+# Seconds a message may wait in an idle worker's queue before its liveness probe fails: past
+# every fault window (a worker cut off from the broker cannot tell, and is left alone).
+STALLED_AFTER = 20
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _not_live(port: int | None) -> str | None:
+    """Why a worker's ``/healthz`` says it is not live (its 503 body), or ``None``: live, or
+    no answer at all."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
+        return None
+    except urllib.error.HTTPError as exc:
+        return exc.read().decode(errors="replace")[:300] if exc.code == 503 else None
+    except OSError:
+        return None
 
 
 @dataclass
@@ -50,10 +76,12 @@ class Proc:
     name: str
     argv: list[str]
     popen: subprocess.Popen | None = None
+    env: dict = field(default_factory=dict)  # this process's own, over the operator's
+    probe_port: int | None = None  # its /healthz, when the soak acts as its orchestrator
 
     def start(self, env: dict, logs: Path) -> None:
         log = open(logs / f"{self.name}.log", "ab")
-        self.popen = subprocess.Popen(self.argv, cwd=REPO, env=env, stdout=log,
+        self.popen = subprocess.Popen(self.argv, cwd=REPO, env={**env, **self.env}, stdout=log,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
         log.close()
@@ -89,11 +117,13 @@ class Soak:
     max_backlog: int = 0
     crashes: list = field(default_factory=list)  # processes that exited on their own
     worker_exits: list = field(default_factory=list)  # Celery workers that exited on their own
+    stalled: list = field(default_factory=list)  # workers restarted: liveness probe failed
     exits: list = field(default_factory=list)  # every exit on its own, with its explanation
     note: str = "initial"  # status.note every object must show (rolling_upgrade changes it)
     upgrades: int = 0
     leader_lease: float = 6
     procs: list[Proc] = field(default_factory=list)
+    restarting: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -139,7 +169,8 @@ class Soak:
                 "RECONCILERS_LEASE_NAME": f"soak-{self.run_id}",
                 "RECONCILERS_REAPER_INTERVAL": "1", "RECONCILERS_REDISPATCH_AFTER": "5",
                 "RECONCILERS_LEADER_LEASE_SECONDS": f"{self.leader_lease:g}",
-                "RECONCILERS_BACKOFF_BASE": "0.05", "RECONCILERS_BACKOFF_MAX": "5"}
+                "RECONCILERS_BACKOFF_BASE": "0.05", "RECONCILERS_BACKOFF_MAX": "5",
+                "RECONCILERS_WORKER_STALLED_AFTER": f"{STALLED_AFTER:g}"}
 
     def setup(self) -> None:
         import psycopg
@@ -225,12 +256,37 @@ class Soak:
             py, "-m", "celery", "-A", "operator_project", "worker", "--loglevel", "WARNING",
             "--pool", self.pool, "--concurrency", "2", "--hostname", f"soak{i}-%h",
             "--without-gossip", "--without-mingle"]) for i in range(3)]
+        for worker in self.workers:  # each serves /healthz, which the soak probes as k8s would
+            worker.probe_port = _free_port()
+            worker.env["OPERATOR_WORKER_HTTP_PORT"] = str(worker.probe_port)
         self.beat = Proc("beat", [py, "-m", "celery", "-A", "operator_project", "beat",
                                   "--loglevel", "WARNING", "--schedule",
                                   str(self.work / "beat-schedule")])
         self.procs = [*self.watchers, *self.workers, self.beat]
         for p in self.procs:
             p.start(self.env(), self.work / "logs")
+        self.probing = threading.Event()
+        threading.Thread(target=self.probe_liveness, daemon=True).start()
+
+    def probe_liveness(self) -> None:
+        """The orchestrator's liveness probe, until the soak stops: a worker whose ``/healthz``
+        answers 503 three times in a row (its consumer stalled: ``reconcilers._run.stall``)
+        is killed and started again, as a kubelet does. Only an answer counts: a worker that
+        does not answer (stopped by a fault) is left alone, as the fault intends."""
+        failures: dict[str, int] = {}
+        while not self.probing.wait(2):
+            for worker in self.workers:
+                why = _not_live(worker.probe_port)
+                failures[worker.name] = failures.get(worker.name, 0) + 1 if why else 0
+                if failures[worker.name] < 3:
+                    continue
+                failures[worker.name] = 0
+                with self.restarting:
+                    worker.signal(signal.SIGCONT)
+                    worker.signal(signal.SIGKILL)
+                    worker.popen.wait(10)
+                    self.stalled.append(f"{worker.name} restarted: {why}")
+                    worker.start(self.env(), self.work / "logs")
 
     # --- chaos -----------------------------------------------------------------------------
 
@@ -332,6 +388,10 @@ class Soak:
     def supervise(self) -> None:
         """Restart a process that exited on its own, as compose or Kubernetes would - and
         remember it: the operator's processes must ride out every fault here."""
+        with self.restarting:
+            self._supervise()
+
+    def _supervise(self) -> None:
         for p in self.procs:
             code = p.popen.poll()
             if code is not None:
@@ -348,6 +408,8 @@ class Soak:
     # --- the end -----------------------------------------------------------------------------
 
     def stop(self) -> None:
+        if hasattr(self, "probing"):
+            self.probing.set()
         for p in self.procs:
             p.signal(signal.SIGCONT)
             p.stop()

@@ -253,4 +253,5 @@ def run(soak, settle: float) -> dict:
         "settled in (s)": settled_in, "max broker backlog": soak.max_backlog,
         "overlap details": (history + side)[:20], "crashed processes": soak.crashes,
         "Celery workers restarted after exiting on their own": soak.worker_exits,
+        "Celery workers restarted by their liveness probe (consumer stalled)": soak.stalled,
     }

@@ -96,6 +96,12 @@ def section(result: dict) -> str:
         "Process exits on their own, each with what its log says (restarted as a supervisor "
         "would):", "",
         *([f"- {e}" for e in result.get("process exits", [])] or ["- none"]), "",
+        "Workers restarted because their liveness probe failed (a consumer that stopped "
+        "consuming: Celery's Redis consumer after a broker reset, the soak acting as the "
+        "kubelet):", "",
+        *([f"- {e}" for e in result.get(
+            "Celery workers restarted by their liveness probe (consumer stalled)", [])]
+          or ["- none"]), "",
         *[f"- {_verdict(v)}: {name}" for name, v in result["checks"].items()],
     ]
     return "\n".join(lines) + "\n"
