@@ -3,7 +3,7 @@
 Starts this project as the benchmark does, attaches py-spy (pinned, installed from PyPI into a
 cached venv) to the watcher, the Celery worker and each pool child, converges N objects, and
 prints CPU per object per process and the share of samples spent in each engine stage. Used to
-find what dominates when a target is missed (docs/contributing/benchmarks.md, "What dominates").
+find what dominates when a target is missed (bench/results/history.md, "What dominates").
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ STAGES = [
     ("new PostgreSQL connection", "get_new_connection"),
     ("ledger.claim", "claim (reconcilers/_queue/ledger.py"),
     ("read object from cache", "read_object (reconcilers/_run/runner.py"),
-    ("reconcile (user code + status PATCH)", "_call (reconcilers/_run/runner.py"),
+    ("reconcile (user code + status PATCH)", "invoke (reconcilers/_run/runner.py"),
     ("  of which: api-server request", "request (reconcilers/_kube/kube.py"),
-    ("history + ledger.finish", "_finish (reconcilers/_run/runner.py"),
-    ("  of which: history.record_run (ORM)", "record_run (reconcilers/_run/history.py"),
+    ("history row + ledger.finish (one statement)", "_finish (reconcilers/_run/runner.py"),
+    ("  of which: the history row's values", "new_values (reconcilers/_run/history.py"),
     ("workqueue.send (publish after commit)", "send (reconcilers/_queue/workqueue.py"),
     ("celery: ack (kombu redis QoS)", "Message.ack"),
     ("celery: receive (BRPOP)", "_brpop_read"),
