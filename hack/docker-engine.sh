@@ -30,6 +30,23 @@ if [ "$(id -u)" != 0 ]; then
   echo "docker-engine: no Docker engine answers and only root can start dockerd" >&2
   exit 1
 fi
+# A pid file whose number now belongs to another program is stale: the engine it named was
+# killed without cleaning up (a runner reset, a host crash) and the number was reused. dockerd
+# trusts these files - it refuses to start over its own, and over its containerd's it waits for
+# a containerd that is not there - so remove them; a file naming a live engine stays.
+clear_stale_pidfile() {
+  local pidfile="$1" program="$2" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(tr -dc 0-9 < "$pidfile")"
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$program" ]; then
+    return 0
+  fi
+  echo "docker-engine: removing stale $pidfile (pid ${pid:-none} is not $program)" >&2
+  rm -f "$pidfile"
+}
+clear_stale_pidfile /var/run/docker.pid dockerd
+clear_stale_pidfile /var/run/docker/containerd/containerd.pid containerd
+
 mkdir -p "$cache"
 # Detached in its own session so the engine outlives this script and the test that ran it.
 setsid dockerd >>"$log" 2>&1 < /dev/null &

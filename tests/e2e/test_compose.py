@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shlex
+import signal
 import socket
 import subprocess
 import textwrap
@@ -240,6 +241,42 @@ def _ping_workers(redis_url: str) -> set[str]:
         return {node for reply in app.control.ping(timeout=3) for node in reply}
     finally:
         app.close()
+
+
+DOCKER_PIDFILE = Path("/var/run/docker.pid")
+CONTAINERD_PIDFILE = Path("/var/run/docker/containerd/containerd.pid")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_engine_starts_over_pid_files_a_killed_engine_left(tmp_path):
+    """A machine whose processes were killed at once (a CI runner reset, a host crash) keeps
+    dockerd's and its containerd's pid files. Once an unrelated process reuses such a number,
+    dockerd trusts the file: it refuses to start, or waits on a containerd that is not there
+    ("containerd is still running", then "timeout waiting for containerd to start").
+    hack/docker-engine.sh must start the engine anyway, and leave the unrelated process be.
+    This test restarts the local engine, which only the compose tests use."""
+    _run(["bash", "hack/docker-engine.sh"], 300)
+    engine = int(DOCKER_PIDFILE.read_text().strip())
+    os.kill(engine, signal.SIGTERM)
+    _wait("dockerd stops on SIGTERM", lambda: not _alive(engine), 120)
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        CONTAINERD_PIDFILE.parent.mkdir(parents=True, exist_ok=True)
+        for pidfile in (DOCKER_PIDFILE, CONTAINERD_PIDFILE):
+            pidfile.write_text(str(bystander.pid))
+        _run(["bash", "hack/docker-engine.sh"], 300)
+        assert _run(["docker", "info", "--format", "{{.ServerVersion}}"], 60).stdout.strip()
+        assert bystander.poll() is None, "the script killed a process it did not start"
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_compose_runs_every_role_against_the_local_control_plane(compose, kube, namespace):
