@@ -30,12 +30,33 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def read_pid(pid_file: Path) -> int | None:
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None when it is gone.
+
+    A pid names a process only together with its start time: once a process dies its number is
+    free, and after a reset that killed the stack (a CI runner, a crashed host) an unrelated
+    process may hold it.
+    """
     try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
         return None
-    return pid if pid_alive(pid) else None
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The live process ``pid_file`` names, or None - also when its number now belongs to
+    another process (the start time in the file does not match)."""
+    try:
+        fields = pid_file.read_text().split()
+        pid = int(fields[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not pid_alive(pid):
+        return None
+    if len(fields) > 1 and start_time(pid) not in (None, fields[1]):
+        return None
+    return pid
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -71,7 +92,7 @@ def spawn(
         start_new_session=True,
     )
     log.close()
-    (run_dir / f"{name}.pid").write_text(str(proc.pid))
+    (run_dir / f"{name}.pid").write_text(f"{proc.pid} {start_time(proc.pid) or ''}".strip())
     return proc.pid
 
 

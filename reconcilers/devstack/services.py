@@ -100,6 +100,8 @@ def start_postgres(cfg: StackConfig) -> None:
             initdb = ["runuser", "-u", user, "--", *initdb]
         subprocess.run(initdb, check=True, capture_output=True)
     if read_pid(cfg.run_dir / "postgres.pid") is None and not port_open(cfg.postgres_port):
+        for lock in (data / "postmaster.pid", data / f".s.PGSQL.{cfg.postgres_port}.lock"):
+            _clear_stale_lock(lock)
         argv = [
             str(bindir / "postgres"), "-D", str(data), "-p", str(cfg.postgres_port),
             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}",
@@ -120,6 +122,25 @@ def start_postgres(cfg: StackConfig) -> None:
         )
     if _psql(cfg, f"select 1 from pg_database where datname = '{cfg.db_name}'") != "1":
         _psql(cfg, f"create database {cfg.db_name} owner {cfg.db_user}")
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """Remove a PostgreSQL lock file (the data directory's, the socket's) when its pid is held
+    by a process that is not PostgreSQL.
+
+    PostgreSQL removes the lock of a postmaster that died, but refuses to start while any
+    process holds the number in it; after a reset killed the stack, an unrelated one may.
+    """
+    try:
+        pid = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        program = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return  # gone: PostgreSQL clears the lock itself
+    if program not in ("postgres", "postmaster"):
+        lock.unlink(missing_ok=True)
 
 
 def stop_postgres(cfg: StackConfig) -> bool:

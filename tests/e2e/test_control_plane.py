@@ -201,3 +201,37 @@ def test_deployments_get_pods_that_are_scheduled_to_simulated_nodes_and_become_r
     for pod in pods:
         assert pod.status.phase == "Running" and pod.spec.node_name.startswith("kwok-node-")
         assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+
+
+def test_postgres_starts_over_locks_whose_pid_another_process_holds(stack):
+    """A reset that killed the stack leaves ``postmaster.pid`` and the socket's lock file;
+    PostgreSQL refuses to start while any process holds the number in them, so ``make up``
+    must see through a reused one."""
+    import signal
+
+    from django.db import connections
+
+    from reconcilers.devstack import services
+
+    connections.close_all()
+    data = services.pg_data_dir(stack)
+    locks = [data / "postmaster.pid", data / f".s.PGSQL.{stack.postgres_port}.lock"]
+    postmaster = int(locks[0].read_text().split()[0])
+    os.killpg(services.read_pid(stack.run_dir / "postgres.pid"), signal.SIGKILL)
+    _wait(lambda: not os.path.exists(f"/proc/{postmaster}"), 30, "the postmaster reaped")
+    # PostgreSQL ignores a pid it may not signal, so the bystander runs as PostgreSQL's user.
+    bystander = subprocess.Popen(["sleep", "600"], user=services._pg_user())
+    try:
+        for lock in locks:
+            lines = lock.read_text().splitlines()
+            lock.write_text("\n".join([str(bystander.pid), *lines[1:]]) + "\n")
+        services.start_postgres(stack)
+        assert services._psql(stack, "select 1") == "1"
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if not services.port_open(stack.postgres_port):
+            for lock in locks:
+                lock.unlink(missing_ok=True)
+            services.start_postgres(stack)
