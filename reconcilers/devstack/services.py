@@ -128,8 +128,9 @@ def _clear_stale_lock(lock: Path) -> None:
     """Remove a PostgreSQL lock file (the data directory's, the socket's) when its pid is held
     by a process that is not PostgreSQL.
 
-    PostgreSQL removes the lock of a postmaster that died, but refuses to start while any
-    process holds the number in it; after a reset killed the stack, an unrelated one may.
+    PostgreSQL removes the lock of a postmaster that died, but refuses to start while a
+    process it may signal (one of its own user) holds the number in it; after a reset killed
+    the stack, an unrelated one may.
     """
     try:
         pid = int(lock.read_text().split()[0])

@@ -255,7 +255,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_the_engine_starts_over_pid_files_a_killed_engine_left(tmp_path):
+def test_the_engine_starts_over_pid_files_a_killed_engine_left():
     """A machine whose processes were killed at once (a CI runner reset, a host crash) keeps
     dockerd's and its containerd's pid files. Once an unrelated process reuses such a number,
     dockerd trusts the file: it refuses to start, or waits on a containerd that is not there
