@@ -20,6 +20,7 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(REPO))
 
 from reconcilers.devstack import config as stack_config  # noqa: E402
+from reconcilers.devstack.process import read_pid  # noqa: E402
 
 
 def cache_root() -> Path:
@@ -55,15 +56,8 @@ class BenchConfig:
 
     def stack_pids(self) -> dict[str, int]:
         """``{service: pid}`` of the local stack, from ``.local/run/*.pid``."""
-        out = {}
-        for pid_file in sorted(self.stack.run_dir.glob("*.pid")):
-            try:
-                pid = int(pid_file.read_text().split()[0])
-            except (ValueError, IndexError):
-                continue
-            if Path(f"/proc/{pid}").exists():
-                out[pid_file.stem] = pid
-        return out
+        pids = {f.stem: read_pid(f) for f in sorted(self.stack.run_dir.glob("*.pid"))}
+        return {name: pid for name, pid in pids.items() if pid is not None}
 
     def control_plane_bin(self) -> Path:
         for line in self.stack.env_file.read_text().splitlines():

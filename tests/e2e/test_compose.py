@@ -35,6 +35,8 @@ from typing import Callable
 
 import pytest
 
+from reconcilers.devstack.process import pid_alive
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,14 +249,6 @@ DOCKER_PIDFILE = Path("/var/run/docker.pid")
 CONTAINERD_PIDFILE = Path("/var/run/docker/containerd/containerd.pid")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_the_engine_starts_over_pid_files_a_killed_engine_left():
     """A machine whose processes were killed at once (a CI runner reset, a host crash) keeps
     dockerd's and its containerd's pid files. Once an unrelated process reuses such a number,
@@ -265,7 +259,7 @@ def test_the_engine_starts_over_pid_files_a_killed_engine_left():
     _run(["bash", "hack/docker-engine.sh"], 300)
     engine = int(DOCKER_PIDFILE.read_text().strip())
     os.kill(engine, signal.SIGTERM)
-    _wait("dockerd stops on SIGTERM", lambda: not _alive(engine), 120)
+    _wait("dockerd stops on SIGTERM", lambda: not pid_alive(engine), 120)
     bystander = subprocess.Popen(["sleep", "600"])
     try:
         CONTAINERD_PIDFILE.parent.mkdir(parents=True, exist_ok=True)
