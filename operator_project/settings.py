@@ -199,6 +199,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Seconds before Redis redelivers an unacknowledged message. Delays longer than this are
     # kept in the ledger and sent by beat when due, never as Redis countdowns.
     "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+    # kombu waits for Redis for ever by default: a broker gone without closing the connection
+    # (failover, a NAT or firewall timeout, a proxy that lost the request) would hold a send -
+    # a watcher's, a run's, the reaper's - for ever. Past these a send fails, the key stays
+    # in the ledger and the reaper sends it again; the consumer reconnects.
+    "socket_timeout": env_float("CELERY_BROKER_SOCKET_TIMEOUT", 10.0),
+    "socket_connect_timeout": env_float("CELERY_BROKER_SOCKET_TIMEOUT", 10.0),
+    "socket_keepalive": True,
 }
 CELERY_TIMEZONE = TIME_ZONE
 # Beat's periodic tasks (reaper, resync, history pruning) are added by the reconcilers app

@@ -397,10 +397,8 @@ class Soak:
             if code is not None:
                 self.exits.append((p.name, code, report.explain_exit(
                     code, self.work / "logs" / f"{p.name}.log")))
-                # Celery's own consumer can die when Redis restarts under it (a kombu bug in
-                # the pidbox's pub/sub reconnect: "Unrecoverable error: AttributeError
-                # ('NoneType' object has no attribute 'hostname')"). Counted apart: the
-                # operator's own processes (watchers) must never exit.
+                # Counted apart: a worker may drain and exit by design (too many abandoned
+                # runs), the operator's own processes (watchers, beat) never.
                 (self.worker_exits if p in self.workers else self.crashes).append(
                     f"{p.name} exited with {code}")
                 p.start(self.env(), self.work / "logs")

@@ -18,8 +18,6 @@ EXPLANATIONS = [
      "abandoned runs still stuck (by design; restarted as its supervisor would)"),
     ("ignored its run deadline", "a worker ended at a run's hard limit (by design; restarted "
      "as its supervisor would)"),
-    ("Unrecoverable error", "Celery's consumer died when a Redis connection went away "
-     "(kombu's remote-control reconnect; restarted as its supervisor would)"),
 ]
 
 

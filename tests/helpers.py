@@ -1,16 +1,34 @@
-"""Small helpers shared by tests: waiting for a condition, reading history."""
+"""Small helpers shared by tests: waiting for a condition, reading history, a free port, a
+process's HTTP endpoints."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Callable, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """Status and body of ``GET http://127.0.0.1:<port><path>`` (an error status included)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition",

@@ -4,7 +4,7 @@ whose liveness probe fails is restarted, as an orchestrator would)."""
 
 from __future__ import annotations
 
-from reconcilers._run.stall import stalled
+from reconcilers._run.stall import overdue, stalled
 
 AFTER = 60.0
 
@@ -39,3 +39,23 @@ def test_a_worker_that_cannot_tell_how_long_a_message_waited_is_not_stalled():
 
 def test_the_check_can_be_turned_off():
     assert _judge(stalled_after=0) is None
+
+
+def test_a_task_is_overdue_only_past_its_hard_limit_and_the_bound_more():
+    assert not overdue(started=1000.0, hard_limit=75.0, wall_now=1000.0 + 75 + AFTER,
+                       stalled_after=AFTER)
+    assert overdue(started=1000.0, hard_limit=75.0, wall_now=1000.0 + 76 + AFTER,
+                   stalled_after=AFTER)
+
+
+def test_a_task_without_a_limit_is_overdue_past_the_bound():
+    """The periodic tasks (reaper, resync, timers, pruning) have none and end in seconds."""
+    assert not overdue(started=1000.0, hard_limit=None, wall_now=1000.0 + AFTER,
+                       stalled_after=AFTER)
+    assert overdue(started=1000.0, hard_limit=None, wall_now=1001.0 + AFTER,
+                   stalled_after=AFTER)
+
+
+def test_nothing_is_overdue_before_it_started_or_with_the_check_off():
+    assert not overdue(started=None, hard_limit=None, wall_now=1e9, stalled_after=AFTER)
+    assert not overdue(started=1000.0, hard_limit=None, wall_now=1e9, stalled_after=0)

@@ -171,10 +171,12 @@ def connect() -> None:
         producer.connection.ensure_connection(max_retries=1)
 
 
-def oldest_waiting(queues: Sequence[str]) -> dict[str, bytes | None] | None:
+def oldest_waiting(queues: Sequence[str], timeout: float) -> dict[str, bytes | None] | None:
     """The message at the consuming end of each queue (the one that has waited longest);
-    ``None`` where the broker keeps no list to look into (not Redis)."""
-    with app().pool.acquire(block=True) as conn:
+    ``None`` where the broker keeps no list to look into (not Redis). Raises kombu's
+    ``LimitExceeded`` when no pooled connection frees up within ``timeout`` (every one held
+    by a send), rather than waiting for one."""
+    with app().pool.acquire(block=True, timeout=timeout) as conn:
         if conn.transport.driver_type != "redis":
             return None
         client = conn.default_channel.client

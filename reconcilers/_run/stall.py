@@ -10,9 +10,25 @@ none for as long, and it runs nothing now. A busy worker is never called stalled
 message while its slots are full), nor one that cannot tell (the broker down, a broker that
 keeps no list to look into, a message without the ledger's send time): readiness reports an
 unreachable broker, and restarting a worker would not bring it back.
+
+A slot held past any end a task can have is not busy but stuck (``overdue``): neither pool
+lets a run go on past its hard limit (prefork ends the child, the thread pool abandons the
+run), and the periodic tasks have none but end in seconds. A thread-pool worker whose every
+Celery thread waits on a call that never returns - a statement sent to a frozen PostgreSQL,
+whose kernel still acknowledges the bytes, so no TCP timeout ends the wait - takes no message
+again; it is called stalled, and restarted, once its tasks are that far overdue.
 """
 
 from __future__ import annotations
+
+
+def overdue(*, started: float | None, hard_limit: float | None, wall_now: float,
+            stalled_after: float) -> bool:
+    """Whether a task started at ``started`` (wall clock) is past any end it can have: its
+    hard limit, or none, and ``stalled_after`` more."""
+    if started is None or stalled_after <= 0:
+        return False
+    return wall_now - started > (hard_limit or 0.0) + stalled_after
 
 
 def stalled(*, now: float, last_received: float, running: int, oldest_sent: float | None,

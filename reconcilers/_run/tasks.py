@@ -28,7 +28,7 @@ from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
-from reconcilers._run import evidence, history, runner, pool, stall, timers
+from reconcilers._run import consumer, evidence, history, runner, pool, stall, timers
 from reconcilers._base import metrics, probes
 from reconcilers._base.conf import RunLimits, process_setting, settings
 from reconcilers._authoring.registry import NotRegistered, registry
@@ -158,7 +158,7 @@ def broker_backlog() -> workqueue.Backlog | None:
         default = broker.default_queue()
         queue_of = {cls.name(): broker.queue_for(cls.name()) for cls in registry}
         queues = sorted({default, *queue_of.values()})
-        oldest = broker.oldest_waiting(queues)
+        oldest = broker.oldest_waiting(queues, timeout=10.0)  # the reaper must not hang
     except Exception as exc:  # broker down: the reaper falls back to re-sending
         log.warning("could not read the broker's queues: %s", exc)
         return None
@@ -209,16 +209,28 @@ class WorkerProbes:
         """Why the consumer looks stalled (``stall.stalled``), or ``None``."""
         after = settings().worker_stalled_after
         now = time.monotonic()
-        if after <= 0 or now - self.last_received < after or state.active_requests:
+        if after <= 0 or now - self.last_received < after:
             return None  # the cheap tests first: most probes end here
+        running = self._running(after)
+        if running:
+            return None
         oldest = self._oldest_waiting()
         if oldest is None:  # cannot tell: readiness reports the broker, a restart would not help
             return None
         sent = [t for t in (_sent_at(raw) for raw in oldest.values()) if t is not None]
-        return stall.stalled(now=now, last_received=self.last_received,
-                             running=len(state.active_requests),
+        return stall.stalled(now=now, last_received=self.last_received, running=running,
                              oldest_sent=min(sent) if sent else None, wall_now=time.time(),
                              stalled_after=after)
+
+    @staticmethod
+    def _running(after: float) -> int:
+        """Tasks in progress that can still end (``stall.overdue``)."""
+        wall_now = time.time()
+        return sum(1 for request in list(state.active_requests)
+                   if not stall.overdue(started=request.time_start,
+                                        hard_limit=(request.time_limits or (None,))[0]
+                                        or getattr(request.task, "time_limit", None),
+                                        wall_now=wall_now, stalled_after=after))
 
     def ready(self) -> dict[str, bool]:
         url = current_app.conf.broker_url
@@ -238,7 +250,7 @@ class WorkerProbes:
 
         def read() -> None:
             try:
-                found["oldest"] = broker.oldest_waiting(self.queues) or {}
+                found["oldest"] = broker.oldest_waiting(self.queues, timeout) or {}
             except Exception as exc:  # the broker down
                 log.warning("could not read this worker's queues: %s", exc)
 
@@ -303,10 +315,12 @@ _installed = False
 
 
 def install() -> None:
-    """Tasks for every registered reconciler and beat's schedule (a project's own
-    ``CELERY_BEAT_SCHEDULE`` entry of the same name wins). Once per process: the app's
-    ``ready`` calls it where Celery was loaded first, this module's import where it was
-    loaded after Django's set-up (a worker started in-process, Celery's autodiscovery)."""
+    """Tasks for every registered reconciler, beat's schedule (a project's own
+    ``CELERY_BEAT_SCHEDULE`` entry of the same name wins) and the worker's consumer
+    (``consumer``, unless the project names its own ``CELERY_WORKER_CONSUMER``). Once per
+    process: the app's ``ready`` calls it where Celery was loaded first, this module's import
+    where it was loaded after Django's set-up (a worker started in-process, Celery's
+    autodiscovery)."""
     global _installed
     if _installed:
         return
@@ -316,6 +330,8 @@ def install() -> None:
     app = current_app
     app.conf.beat_schedule = {**periodic.schedule(timers.any_declared(registry)),
                               **(app.conf.beat_schedule or {})}
+    if app.conf.worker_consumer == consumer.CELERY_DEFAULT:  # a project's own class wins
+        app.conf.worker_consumer = consumer.CONSUMER
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

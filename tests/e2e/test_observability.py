@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconcilers.models import CapabilityEvidence, ReconcileRecord
+from tests.helpers import free_port, http_get
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,22 +18,8 @@ PROBE = "probes.test.operator.local"
 RESOURCE = "test.operator.local/v1/probes"  # streams are labelled by the resource they watch
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def _samples(port: int) -> dict[tuple[str, frozenset], float]:
-    status, text = _get(port, "/metrics")
+    status, text = http_get(port, "/metrics")
     assert status == 200
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -64,7 +48,7 @@ def _probe(api, namespace: str, name: str, spec: dict) -> None:
 
 
 def _start(operator) -> tuple[int, int]:
-    watcher_port, worker_port = _free_port(), _free_port()
+    watcher_port, worker_port = free_port(), free_port()
     operator.env["OPERATOR_WATCHER_HTTP_PORT"] = str(watcher_port)
     operator.start_watcher(PROBE)
     operator.env["OPERATOR_WORKER_HTTP_PORT"] = str(worker_port)
@@ -182,8 +166,8 @@ def test_counters_of_a_prefork_worker_agree_with_history(operator, kube):
         assert _value(_samples(port), "rest_client_request_duration_seconds_count",
                       verb=method, host=host) >= calls["200"]
     for port in (watcher, worker):
-        assert _get(port, "/healthz")[0] == 200
-        status, body = _get(port, "/readyz")
+        assert http_get(port, "/healthz")[0] == 200
+        status, body = http_get(port, "/readyz")
         assert status == 200, body
     _the_dashboard_asks_only_for_what_is_exported({n for n, _ in _samples(watcher)}
                                                   | {n for n, _ in _samples(worker)})
@@ -223,7 +207,7 @@ def test_a_thread_pool_worker_counts_the_keys_it_runs_not_the_messages(operator,
     names = [f"slow-{i}" for i in range(3)]
     for name in names:  # before the watcher starts: listed and enqueued together
         _probe(api, operator.namespace, name, {"value": 1, "sleep": 3})
-    port = _free_port()
+    port = free_port()
     operator.env["OPERATOR_WORKER_HTTP_PORT"] = str(port)
     operator.start_watcher(PROBE)
     worker = operator.start_worker(concurrency=4, pool="threads")
@@ -254,11 +238,11 @@ def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(oper
 
     def readiness(expected: int, failing: str = "") -> None:
         for port in (watcher, worker):
-            status, body = _get(port, "/readyz")
+            status, body = http_get(port, "/readyz")
             assert status == expected, body
             if failing:
                 assert json.loads(body)["checks"][failing] is False, body
-            assert _get(port, "/healthz")[0] == 200  # alive throughout: no restart wanted
+            assert http_get(port, "/healthz")[0] == 200  # alive throughout: no restart wanted
 
     _eventually(lambda: readiness(200), timeout=30)
     connections.close_all()
@@ -365,7 +349,7 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
     from reconcilers._base.vocab import Key
     from reconcilers._queue import broker, workqueue
 
-    port = _free_port()
+    port = free_port()
     operator.env.update({"OPERATOR_WORKER_HTTP_PORT": str(port),
                          "RECONCILERS_WORKER_STALLED_AFTER": "3"})
     operator.start_worker(concurrency=2, pool="threads")
@@ -373,7 +357,7 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
     control = broker.app().control
 
     def live(expected: int) -> None:
-        status, body = _get(port, "/healthz")
+        status, body = http_get(port, "/healthz")
         assert status == expected, body
         assert json.loads(body)["checks"]["consuming"] is (expected == 200), body
 

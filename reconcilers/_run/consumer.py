@@ -1,0 +1,62 @@
+"""Celery's worker consumer, with one guard: a lost broker connection never ends the worker.
+
+When the connection to Redis is lost while a message is unacknowledged (every run's message
+is, until it ends: ``acks_late``), Celery 5.7 and kombu 5.7 can turn the loss into an exit.
+Celery collects the broken connection (``Connection.collect``); when the consuming channel's
+``BRPOP`` is still waiting, that read fails inside kombu's close of the channel, which leaves
+the channel half-closed and drops the transport's client. Whatever then uses that channel -
+Celery's own second close of the connection, which gives the unacknowledged messages back,
+or the acknowledgement of a run that ends afterwards - makes kombu build a client from the
+dropped one: an ``AttributeError``, not a connection error, so it leaves Celery's handling
+and the worker logs "Unrecoverable error" and exits.
+
+Here that error ends the close or the acknowledgement (or rejection) with a warning, and
+Celery reconnects as for any connection loss. Nothing is lost: Redis still holds the
+unacknowledged message and gives it back after its visibility timeout, the ledger sends
+the key again long before (its reaper, past ``RECONCILERS_REDISPATCH_AFTER``), and a message
+of a run that already ended is stale to the ledger and dropped. ``tasks.install`` makes the
+consumer the app's ``worker_consumer`` unless a project names its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Callable
+
+from celery.worker.consumer import Consumer as CeleryConsumer
+
+log = logging.getLogger(__name__)
+
+CELERY_DEFAULT = "celery.worker.consumer:Consumer"
+CONSUMER = f"{__name__}:Consumer"
+
+
+class Consumer(CeleryConsumer):
+    def on_connection_error_after_connected(self, exc: BaseException) -> None:
+        try:
+            super().on_connection_error_after_connected(exc)
+        except AttributeError as error:
+            # Raised by the close of the lost connection, which Celery has already dropped
+            # (self.connection is None); it reconnects next.
+            log.warning("closing the lost broker connection failed (%r); reconnecting: its "
+                        "unacknowledged messages come back through Redis and the ledger",
+                        error)
+            self.connection = None
+
+    def call_soon_ack(self, p: Callable, *args, **kwargs):
+        """Celery runs a message's acknowledgement (or rejection) on the event loop; one of a
+        message taken on the lost connection must not end the loop."""
+        return super().call_soon_ack(_guarded(p), *args, **kwargs)
+
+
+def _guarded(settle: Callable) -> Callable:
+    @functools.wraps(settle)
+    def guarded(*args, **kwargs):
+        try:
+            return settle(*args, **kwargs)
+        except AttributeError as error:
+            log.warning("could not settle a message taken on a lost broker connection (%r); "
+                        "Redis gives it back after its visibility timeout, stale by then to "
+                        "the ledger", error)
+    return guarded
