@@ -42,7 +42,9 @@ class Settings:
                                        "waiting) without starting a run is sent again.")
     worker_stalled_after: float = _s(120.0, "A worker whose queues hold a message older "
                                             "than this, that received none for as long and "
-                                            "runs nothing, answers its liveness probe "
+                                            "runs nothing that can still end (a task past "
+                                            "its hard limit by this much is stuck, not "
+                                            "busy), answers its liveness probe "
                                             "(`/healthz`) with 503, so its orchestrator "
                                             "restarts it: Celery's Redis consumer can stop "
                                             "consuming after a broker connection reset "
