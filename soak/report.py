@@ -18,6 +18,8 @@ EXPLANATIONS = [
      "abandoned runs still stuck (by design; restarted as its supervisor would)"),
     ("ignored its run deadline", "a worker ended at a run's hard limit (by design; restarted "
      "as its supervisor would)"),
+    ("stalled worker process", "a worker whose consumer stayed stalled ended itself (by "
+     "design, for supervisors that restart only what exits; restarted as they would)"),
 ]
 
 

@@ -48,7 +48,9 @@ class Settings:
                                             "(`/healthz`) with 503, so its orchestrator "
                                             "restarts it: Celery's Redis consumer can stop "
                                             "consuming after a broker connection reset "
-                                            "without exiting. 0 = never.")
+                                            "without exiting. Still so this long later, it "
+                                            "ends itself (compose restarts only what "
+                                            "exits). 0 = never.")
     reaper_interval: float = _s(10.0, "Seconds between reaper runs (lost runs, lost "
                                       "messages, due retries).")
     resync_period: float = _s(600.0, "Default resync period of a reconciler that declares none "

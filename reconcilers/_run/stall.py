@@ -17,9 +17,24 @@ run), and the periodic tasks have none but end in seconds. A thread-pool worker 
 Celery thread waits on a call that never returns - a statement sent to a frozen PostgreSQL,
 whose kernel still acknowledges the bytes, so no TCP timeout ends the wait - takes no message
 again; it is called stalled, and restarted, once its tasks are that far overdue.
+
+Compose restarts a process that exits, never one that fails its health check: so a worker
+still stalled ``RECONCILERS_WORKER_STALLED_AFTER`` after it was first seen ends itself
+(``end``). An orchestrator probing ``/healthz`` (the kubelet) restarts it sooner.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger(__name__)
+
+# The exit status of a stalled worker that ended itself (EX_TEMPFAIL: starting it again cures
+# it).
+EXIT_STALLED = 75
 
 
 def overdue(*, started: float | None, hard_limit: float | None, wall_now: float,
@@ -45,3 +60,20 @@ def stalled(*, now: float, last_received: float, running: int, oldest_sent: floa
         return None
     return (f"a message has waited {waited:.0f} s in this worker's queues and none reached "
             f"it for {quiet:.0f} s while it runs nothing: its consumer stopped")
+
+
+def end(why: str, grace: float = 30.0) -> None:
+    """End this stalled worker: a warm shutdown, which ends at once as nothing that can still
+    end is running; past ``grace`` (threads stuck in calls that never return hold a warm
+    shutdown for ever) the process exits with ``EXIT_STALLED``. Its unacknowledged messages
+    come back through Redis, its keys through the ledger's reaper."""
+    log.critical("stalled worker process %d ends itself (its supervisor starts it again): %s",
+                 os.getpid(), why)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(grace)
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001 - nothing may stop the exit
+            pass
+    os._exit(EXIT_STALLED)

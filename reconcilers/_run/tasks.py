@@ -28,7 +28,8 @@ from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
-from reconcilers._run import consumer, evidence, history, runner, pool, stall, timers
+from reconcilers._run import consumer as worker_consumer
+from reconcilers._run import evidence, history, runner, pool, stall, timers
 from reconcilers._base import metrics, probes
 from reconcilers._base.conf import RunLimits, process_setting, settings
 from reconcilers._authoring.registry import NotRegistered, registry
@@ -222,6 +223,21 @@ class WorkerProbes:
                              oldest_sent=min(sent) if sent else None, wall_now=time.time(),
                              stalled_after=after)
 
+    def watch(self) -> None:
+        """Ends this worker once it has stayed stalled ``RECONCILERS_WORKER_STALLED_AFTER``
+        after it was first seen (``stall.end``: compose restarts only what exits)."""
+        first = None
+        while (after := settings().worker_stalled_after) > 0:
+            time.sleep(max(1.0, after / 4))
+            why = self.stalled()
+            if why is None:
+                first = None
+            elif first is None:
+                first = time.monotonic()
+            elif time.monotonic() - first >= after:
+                stall.end(why)
+                return
+
     @staticmethod
     def _running(after: float) -> int:
         """Tasks in progress that can still end (``stall.overdue``)."""
@@ -283,6 +299,7 @@ class WorkerProbes:
 
 def _serve_worker_probes(sender, **_) -> None:
     worker = WorkerProbes(sender)
+    threading.Thread(target=worker.watch, name="stall-watch", daemon=True).start()
     probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
                                  [metrics.Computed(worker.gauges)], _scraped),
                  process_setting("OPERATOR_WORKER_HTTP_PORT", 8082))
@@ -330,8 +347,8 @@ def install() -> None:
     app = current_app
     app.conf.beat_schedule = {**periodic.schedule(timers.any_declared(registry)),
                               **(app.conf.beat_schedule or {})}
-    if app.conf.worker_consumer == consumer.CELERY_DEFAULT:  # a project's own class wins
-        app.conf.worker_consumer = consumer.CONSUMER
+    if app.conf.worker_consumer == worker_consumer.CELERY_DEFAULT:  # a project's own wins
+        app.conf.worker_consumer = worker_consumer.CONSUMER
     signals.worker_ready.connect(_serve_worker_probes, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)

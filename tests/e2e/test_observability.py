@@ -351,7 +351,7 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
 
     port = free_port()
     operator.env.update({"OPERATOR_WORKER_HTTP_PORT": str(port),
-                         "RECONCILERS_WORKER_STALLED_AFTER": "3"})
+                         "RECONCILERS_WORKER_STALLED_AFTER": "5"})
     operator.start_worker(concurrency=2, pool="threads")
     queue = broker.default_queue()
     control = broker.app().control
@@ -364,7 +364,7 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
     _eventually(lambda: live(200), timeout=60, what="the worker's probes")
     assert control.cancel_consumer(queue, reply=True, timeout=10), "no worker answered"
     workqueue.add([Key(PROBE, operator.namespace, "waits")], "test")
-    time.sleep(2)
+    time.sleep(3)
     live(200)  # waited less than the bound: not yet a stall
     _eventually(lambda: live(503), timeout=30, what="liveness to fail while the key waits")
 
@@ -376,3 +376,26 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
 
 def _assert(condition: bool) -> None:
     assert condition
+
+
+def test_a_worker_that_stays_stalled_ends_itself_and_its_successor_runs_the_key(operator):
+    """Compose restarts a process that exits, never one that fails its health check: a worker
+    whose consumer stays stopped ``RECONCILERS_WORKER_STALLED_AFTER`` after its probe first
+    said so ends itself, naming why in its log; the key that waited runs on the worker
+    started in its place."""
+    from reconcilers._base.vocab import Key
+    from reconcilers._queue import broker, workqueue
+
+    operator.env["RECONCILERS_WORKER_STALLED_AFTER"] = "2"
+    worker = operator.start_worker(concurrency=2, pool="threads")
+    assert broker.app().control.cancel_consumer(broker.default_queue(), reply=True,
+                                                timeout=10), "no worker answered"
+    workqueue.add([Key(PROBE, operator.namespace, "outlived")], "test")
+    _eventually(lambda: _assert(worker.popen.poll() is not None), timeout=60,
+                what="the stalled worker to end itself")
+    assert "stalled worker process" in worker.log() and "ends itself" in worker.log()
+    assert not ReconcileRecord.objects.filter(name="outlived").exists()
+
+    operator.start_worker(concurrency=2, pool="threads")  # what compose's restart does
+    _eventually(lambda: _assert(ReconcileRecord.objects.filter(name="outlived").exists()),
+                timeout=60, what="the waiting key run by the new worker")
