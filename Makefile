@@ -70,7 +70,8 @@ bench-quick: up
 # then an independent check from outside (the api-server, its audit log, the broker's
 # messages); it writes its figures into docs/contributing/reliability.md. On a stack others
 # use: SOAK_ARGS="... --faults proxy"
-SOAK_ARGS ?= --minutes 10 --objects 300 --seed 42 --each-fault --write-docs
+# The workers run the default layout's thread pool; --pool prefork for the other.
+SOAK_ARGS ?= --minutes 10 --objects 300 --seed 42 --each-fault --write-docs --pool threads
 
 .PHONY: soak
 
