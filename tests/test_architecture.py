@@ -192,11 +192,11 @@ def test_the_runner_has_no_celery():
 
 def test_only_the_celery_side_imports_celery():
     """The sender (``broker``, through the project's app), the tasks, the worker's consumer
-    and the health check that pings workers: the engine's core never depends on Celery."""
+    and health, and the health check that pings workers: the engine's core never depends on Celery."""
     _, outer = _imports()
     assert sorted(m for m, pkgs in outer.items() if pkgs & {"celery", "kombu"}) == [
-        "reconcilers._queue.broker", "reconcilers._run.consumer", "reconcilers._run.tasks",
-        "reconcilers._watch.health"]
+        "reconcilers._queue.broker", "reconcilers._run.consumer", "reconcilers._run.health",
+        "reconcilers._run.tasks", "reconcilers._watch.health"]
 
 
 def test_only_the_metrics_module_imports_prometheus_client():

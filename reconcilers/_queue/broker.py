@@ -19,6 +19,7 @@ key queued longer than ``RECONCILERS_REDISPATCH_AFTER`` is sent again - still ne
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -187,6 +188,17 @@ def oldest_waiting(queues: Sequence[str], timeout: float) -> dict[str, bytes | N
         for queue in queues:
             pipe.lindex(f"{prefix}{queue}", -1)
         return dict(zip(queues, pipe.execute()))
+
+
+def sent_at(raw: bytes | None) -> float | None:
+    """The ledger's send time a waiting message (as ``oldest_waiting`` reads it) carries, or
+    ``None``: no message, or one another sender made."""
+    if raw is None:
+        return None
+    try:
+        return float(json.loads(raw)["headers"][SENT_AT])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def install() -> None:

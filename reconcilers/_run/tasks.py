@@ -14,24 +14,20 @@ beat's periodic tasks on whichever Celery app the project runs: nothing here nam
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import threading
-import time
 from typing import Iterator
 
-from celery import Task, bootsteps, current_app, shared_task, signals
+from celery import Task, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.worker import state
 from django import db
 from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
 from reconcilers._run import consumer as worker_consumer
-from reconcilers._run import evidence, history, runner, pool, stall, timers
-from reconcilers._base import metrics, probes
-from reconcilers._base.conf import RunLimits, process_setting, settings
+from reconcilers._run import health, history, runner, pool, timers
+from reconcilers._base import metrics
+from reconcilers._base.conf import RunLimits
 from reconcilers._authoring.registry import NotRegistered, registry
 from reconcilers._base.vocab import Key
 
@@ -165,156 +161,9 @@ def broker_backlog() -> workqueue.Backlog | None:
         return None
     if oldest is None:
         return None
-    sent = {queue: _sent_at(raw) for queue, raw in oldest.items()}
+    sent = {queue: broker.sent_at(raw) for queue, raw in oldest.items()}
     return workqueue.Backlog({name: sent[q] for name, q in queue_of.items()},
                              other=sent[default])
-
-
-def _sent_at(raw: bytes | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        return float(json.loads(raw)["headers"][broker.SENT_AT])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-class WorkerProbes:
-    """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``),
-    served by its main process: live while its consumer has not shut down and has not stalled
-    (``stall``), ready while it consumes (not stalled either) from the broker and PostgreSQL
-    answers. Its scrape
-    adds the pool's size and the runs in progress (children count everything else into the
-    multiprocess files)."""
-
-    def __init__(self, consumer) -> None:
-        self.consumer = consumer
-        self.last_received = time.monotonic()
-        self._reading: threading.Thread | None = None
-        # The queues it started to consume: a stalled consumer's own list is not to be trusted.
-        self.queues = list(consumer.app.amqp.queues.consume_from or ()) or [
-            broker.default_queue()]
-        signals.task_received.connect(self._received, weak=False)
-
-    def _received(self, **_) -> None:
-        self.last_received = time.monotonic()
-
-    def live(self) -> dict[str, bool]:
-        why = self.stalled()
-        if why:
-            log.error("worker not live: %s", why)
-        return {"worker": self.consumer.controller.blueprint.state in (None, bootsteps.RUN),
-                "consuming": why is None}
-
-    def stalled(self) -> str | None:
-        """Why the consumer looks stalled (``stall.stalled``), or ``None``."""
-        after = settings().worker_stalled_after
-        now = time.monotonic()
-        if after <= 0 or now - self.last_received < after:
-            return None  # the cheap tests first: most probes end here
-        running = self._running(after)
-        if running:
-            return None
-        oldest = self._oldest_waiting()
-        if oldest is None:  # cannot tell: readiness reports the broker, a restart would not help
-            return None
-        sent = [t for t in (_sent_at(raw) for raw in oldest.values()) if t is not None]
-        return stall.stalled(now=now, last_received=self.last_received, running=running,
-                             oldest_sent=min(sent) if sent else None, wall_now=time.time(),
-                             stalled_after=after)
-
-    def watch(self) -> None:
-        """Ends this worker once it has stayed stalled ``RECONCILERS_WORKER_STALLED_AFTER``
-        after it was first seen (``stall.end``: compose restarts only what exits)."""
-        first = None
-        while (after := settings().worker_stalled_after) > 0:
-            time.sleep(max(1.0, after / 4))
-            why = self.stalled()
-            if why is None:
-                first = None
-            elif first is None:
-                first = time.monotonic()
-            elif time.monotonic() - first >= after:
-                stall.end(why)
-                return
-
-    @staticmethod
-    def _running(after: float) -> int:
-        """Tasks in progress that can still end (``stall.overdue``)."""
-        wall_now = time.time()
-        return sum(1 for request in list(state.active_requests)
-                   if not stall.overdue(started=request.time_start,
-                                        hard_limit=(request.time_limits or (None,))[0]
-                                        or getattr(request.task, "time_limit", None),
-                                        wall_now=wall_now, stalled_after=after))
-
-    def ready(self) -> dict[str, bool]:
-        url = current_app.conf.broker_url
-        return {"consuming": self.consumer.blueprint.state == bootsteps.RUN
-                and self.stalled() is None,
-                "broker": probes.answers(lambda t: probes.check_redis(url, t)),
-                "database": probes.answers(probes.check_database)}
-
-    def _oldest_waiting(self, timeout: float = 1.0) -> dict[str, bytes | None] | None:
-        """The oldest message of each queue this worker started to consume, read in a
-        thread of its own and given ``timeout``: a broker cut off by the network must not hold
-        the probe past its own timeout (the kubelet would count that as a failure). ``None``:
-        not known in time, or a read is still hanging from an earlier probe."""
-        if self._reading is not None and self._reading.is_alive():
-            return None
-        found: dict[str, dict] = {}
-
-        def read() -> None:
-            try:
-                found["oldest"] = broker.oldest_waiting(self.queues, timeout) or {}
-            except Exception as exc:  # the broker down
-                log.warning("could not read this worker's queues: %s", exc)
-
-        self._reading = threading.Thread(target=read, name="stall-check", daemon=True)
-        self._reading.start()
-        self._reading.join(timeout)
-        return found.get("oldest")
-
-    def gauges(self) -> list[tuple[str, str, list[str], list]]:
-        active: dict[str, int] = {cls.name(): 0 for cls in registry}
-        if pool.configured():  # the runs are this process's threads: count keys
-            for name, n in runner.in_progress().items():
-                if name in active:
-                    active[name] = n
-        else:  # a prefork child runs one key at a time: count the messages it was given
-            for request in list(state.active_requests):
-                name = request.task_name.partition(":")[2]
-                if request.task_name.startswith("reconcile:") and name in active:
-                    active[name] += 1
-        concurrency = self.consumer.controller.concurrency
-        return [
-            ("controller_runtime_max_concurrent_reconciles",
-             "Maximum number of concurrent reconciles per controller", ["controller"],
-             [((name,), concurrency) for name in active]),
-            ("controller_runtime_active_workers",
-             "Number of currently used workers per controller", ["controller"],
-             [((name,), n) for name, n in active.items()]),
-        ]
-
-
-def _serve_worker_probes(sender, **_) -> None:
-    worker = WorkerProbes(sender)
-    threading.Thread(target=worker.watch, name="stall-watch", daemon=True).start()
-    probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
-                                 [metrics.Computed(worker.gauges)], _scraped),
-                 process_setting("OPERATOR_WORKER_HTTP_PORT", 8082))
-
-
-def _scraped(body: bytes) -> None:
-    """Level 4's evidence: this scrape served metric families reconcilers declare their own."""
-    served = evidence.served_families(body)
-    own = [cls.name() for cls in registry if served & set(cls.metrics)]
-    if not own:
-        return
-    try:
-        evidence.record_scraped(own)
-    finally:
-        db.connection.close()  # each scrape has its own thread, and so its own connection
 
 
 def _size_run_pool(sender, **_) -> None:
@@ -349,7 +198,7 @@ def install() -> None:
                               **(app.conf.beat_schedule or {})}
     if app.conf.worker_consumer == worker_consumer.CELERY_DEFAULT:  # a project's own wins
         app.conf.worker_consumer = worker_consumer.CONSUMER
-    signals.worker_ready.connect(_serve_worker_probes, weak=False)
+    signals.worker_ready.connect(health.serve, weak=False)
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)
 
