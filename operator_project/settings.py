@@ -195,6 +195,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # default, close around every task.
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+_broker_socket_timeout = env_float("CELERY_BROKER_SOCKET_TIMEOUT", 10.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Seconds before Redis redelivers an unacknowledged message. Delays longer than this are
     # kept in the ledger and sent by beat when due, never as Redis countdowns.
@@ -203,8 +204,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # (failover, a NAT or firewall timeout, a proxy that lost the request) would hold a send -
     # a watcher's, a run's, the reaper's - for ever. Past these a send fails, the key stays
     # in the ledger and the reaper sends it again; the consumer reconnects.
-    "socket_timeout": env_float("CELERY_BROKER_SOCKET_TIMEOUT", 10.0),
-    "socket_connect_timeout": env_float("CELERY_BROKER_SOCKET_TIMEOUT", 10.0),
+    "socket_timeout": _broker_socket_timeout,
+    "socket_connect_timeout": _broker_socket_timeout,
     "socket_keepalive": True,
 }
 CELERY_TIMEZONE = TIME_ZONE

@@ -397,8 +397,8 @@ class Soak:
             if code is not None:
                 self.exits.append((p.name, code, report.explain_exit(
                     code, self.work / "logs" / f"{p.name}.log")))
-                # Counted apart: a worker may drain and exit by design (too many abandoned
-                # runs), the operator's own processes (watchers, beat) never.
+                # Counted apart: a worker may exit by design (too many abandoned runs, a
+                # stall that outlasted its bound), the operator's own processes never.
                 (self.worker_exits if p in self.workers else self.crashes).append(
                     f"{p.name} exited with {code}")
                 p.start(self.env(), self.work / "logs")
