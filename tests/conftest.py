@@ -201,7 +201,8 @@ def start_process(request, worker_db_url, stack) -> Iterator[Callable[..., Proce
 @pytest.fixture
 def celery_worker(start_process) -> Callable[..., Process]:
     def start(name: str = "worker", concurrency: int = 1, queues: str | None = None,
-              env: dict[str, str] | None = None, pool: str = "prefork") -> Process:
+              env: dict[str, str] | None = None, pool: str = "prefork",
+              args: tuple[str, ...] = ()) -> Process:
         argv = [
             sys.executable, "-m", "celery", "-A", "operator_project", "worker",
             "--loglevel", "INFO", "--pool", pool, "--concurrency", str(concurrency),
@@ -210,6 +211,7 @@ def celery_worker(start_process) -> Callable[..., Process]:
         ]
         if queues:
             argv += ["--queues", queues]
+        argv += args
         proc = start_process(name, argv, env)
         proc.wait_for_log("ready.", timeout=60)
         return proc
@@ -264,9 +266,10 @@ class Operator:
         self.watchers.append(proc)
         return proc
 
-    def start_worker(self, concurrency: int = 1, pool: str = "prefork") -> Process:
+    def start_worker(self, concurrency: int = 1, pool: str = "prefork",
+                     args: tuple[str, ...] = ()) -> Process:
         proc = self.celery_worker(f"worker{len(self.workers)}", concurrency=concurrency,
-                                  env=self.env, pool=pool)
+                                  env=self.env, pool=pool, args=args)
         self.workers.append(proc)
         return proc
 

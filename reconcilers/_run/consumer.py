@@ -1,4 +1,5 @@
-"""Celery's worker consumer, with one guard: a lost broker connection never ends the worker.
+"""Celery's worker consumer, with two guards: a lost broker connection never ends the worker,
+and a failed acknowledgement never stops it reading.
 
 When the connection to Redis is lost while a message is unacknowledged (every run's message
 is, until it ends: ``acks_late``), Celery 5.7 and kombu 5.7 can turn the loss into an exit.
@@ -14,8 +15,18 @@ Here that error ends the close or the acknowledgement (or rejection) with a warn
 Celery reconnects as for any connection loss. Nothing is lost: Redis still holds the
 unacknowledged message and gives it back after its visibility timeout, the ledger sends
 the key again long before (its reaper, past ``RECONCILERS_REDISPATCH_AFTER``), and a message
-of a run that already ended is stale to the ledger and dropped. ``tasks.install`` makes the
-consumer the app's ``worker_consumer`` unless a project names its own.
+of a run that already ended is stale to the ledger and dropped.
+
+A second guard keeps the worker reading after an acknowledgement fails while its consuming
+connection survives (a reset of the connection the acknowledgement took, while a busy
+worker's consuming connection carried nothing). kombu's Redis transport removes the message
+from Redis before it frees its prefetch slot, so a failed removal keeps the slot taken for
+good; once every slot is so taken the worker never reads again, with nothing logged past
+Celery's "Couldn't ack". Here such a message's slot is freed; Redis keeps the message as
+unacknowledged and gives it back after its visibility timeout, stale by then to the ledger.
+
+``tasks.install`` makes the consumer the app's ``worker_consumer`` unless a project names its
+own.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import logging
 from typing import Callable
 
 from celery.worker.consumer import Consumer as CeleryConsumer
+from kombu.transport import virtual
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +63,8 @@ class Consumer(CeleryConsumer):
 
 
 def _guarded(settle: Callable) -> Callable:
+    message = getattr(settle, "__self__", None)  # settle: a Message's ack or reject method
+
     @functools.wraps(settle)
     def guarded(*args, **kwargs):
         try:
@@ -59,4 +73,26 @@ def _guarded(settle: Callable) -> Callable:
             log.warning("could not settle a message taken on a lost broker connection (%r); "
                         "Redis gives it back after its visibility timeout, stale by then to "
                         "the ledger", error)
+        finally:
+            _free_slot(message)
     return guarded
+
+
+def _free_slot(message) -> None:
+    """Free the prefetch slot of a message whose acknowledgement (or rejection) failed: the
+    channel's QoS still counts it, as kombu's Redis transport frees it only after Redis
+    answered."""
+    if message is None or getattr(message, "acknowledged", True):
+        return
+    try:
+        qos = message.channel.qos
+        if not isinstance(qos, virtual.QoS):
+            return
+        qos.get(message.delivery_tag)  # KeyError: not counted (freed, or the channel restored)
+        virtual.QoS.ack(qos, message.delivery_tag)  # the slot only: Redis could not be told
+    except Exception as exc:  # noqa: BLE001 - a closed channel: its slots went with it
+        log.debug("no prefetch slot to free for %r: %r", message.delivery_tag, exc)
+        return
+    log.warning("the broker did not take a message's acknowledgement; its prefetch slot is "
+                "freed so that this worker reads on. Redis gives the message back after its "
+                "visibility timeout, stale by then to the ledger")

@@ -147,6 +147,54 @@ def test_a_worker_holding_an_unacked_message_outlives_its_broker_going_away(
     assert ReconcileRecord.objects.filter(name="after").exists(), worker.log()[-5000:]
 
 
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_worker_whose_acknowledgements_failed_consumes_again(operator, toxiproxy, kube, pool):
+    """Both slots of a worker busy, so its consumer waits on no read and its
+    broker connection carries nothing; then every connection that carries data is reset: the
+    runs' acknowledgements fail ("Couldn't ack") while the consumer's connection survives.
+    The worker must take messages again - without a restart (the stall watch is off here):
+    kombu keeps a message whose acknowledgement failed counted against the prefetch limit,
+    and a worker whose every prefetch slot is taken by such messages never reads again."""
+    from django.conf import settings
+    from kubernetes import client
+
+    from reconcilers._base.vocab import Key
+    from reconcilers._queue import workqueue
+
+    redis_port = urllib.parse.urlsplit(settings.REDIS_URL).port
+    through = _through(settings.REDIS_URL, toxiproxy.proxy("redis", redis_port))
+    operator.env.update({"REDIS_URL": through, "CELERY_BROKER_URL": through,
+                         "RECONCILERS_WORKER_STALLED_AFTER": "0"})
+    # Celery's event heartbeat, sent from the event loop, retries its send there until Redis
+    # answers: it would hold the acknowledgements until the fault passes. Without it they meet
+    # the fault, as they do whenever they come before the heartbeat's next send.
+    worker = operator.start_worker(concurrency=2, pool=pool, args=("--without-heartbeat",))
+    objects = client.CustomObjectsApi(kube)
+    names = ["slow-0", "slow-1"]
+    for name in names:
+        objects.create_namespaced_custom_object(
+            "test.operator.local", "v1", operator.namespace, "probes", {
+                "apiVersion": "test.operator.local/v1", "kind": "Probe",
+                "metadata": {"name": name}, "spec": {"value": 1, "sleep": 3}})
+        workqueue.add([Key(PROBE, operator.namespace, name)], "test")
+    for name in names:
+        worker.wait_for_log(f"/{name}#", timeout=60)  # received: both slots taken
+    time.sleep(0.5)
+    toxiproxy.add("redis", "reset")
+    try:  # until the runs end and their acknowledgements fail past redis-py's own retries
+        worker.wait_for_log("Couldn't ack", timeout=60)
+    finally:
+        toxiproxy.clear("redis")
+    workqueue.add([Key(PROBE, operator.namespace, "after")], "test")
+    deadline = time.monotonic() + 30
+    while not ReconcileRecord.objects.filter(name="after").exists():
+        assert time.monotonic() < deadline, (
+            "the worker took no message after its acknowledgements failed",
+            worker.log()[-5000:])
+        assert worker.popen.poll() is None, worker.log()[-5000:]
+        time.sleep(0.5)
+
+
 def test_a_send_to_a_broker_that_stopped_answering_fails_in_bounded_time(
         toxiproxy, worker_db_url, namespace, tmp_path):
     """A broker that vanishes without closing the connection (failover, a NAT or firewall
