@@ -56,19 +56,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _not_live(port: int | None) -> str | None:
-    """Why a worker's ``/healthz`` says it is not live (its 503 body), or ``None``: live, or
-    no answer at all."""
+def _probe(port: int | None) -> tuple[str, str | None]:
+    """A worker's ``/healthz`` as a kubelet reads it: ``("live", None)``, ``("not live",
+    its 503 body)`` or ``("no answer", None)``."""
     import urllib.error
     import urllib.request
 
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
-        return None
+        return "live", None
     except urllib.error.HTTPError as exc:
-        return exc.read().decode(errors="replace")[:300] if exc.code == 503 else None
+        if exc.code == 503:
+            return "not live", exc.read().decode(errors="replace")[:300]
+        return "no answer", None
     except OSError:
-        return None
+        return "no answer", None
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Soak:
     crashes: list = field(default_factory=list)  # processes that exited on their own
     worker_exits: list = field(default_factory=list)  # Celery workers that exited on their own
     stalled: list = field(default_factory=list)  # workers restarted: liveness probe failed
+    probes: dict = field(default_factory=dict)  # per worker: how many probes answered what
     exits: list = field(default_factory=list)  # every exit on its own, with its explanation
     note: str = "initial"  # status.note every object must show (rolling_upgrade changes it)
     upgrades: int = 0
@@ -276,7 +279,9 @@ class Soak:
         failures: dict[str, int] = {}
         while not self.probing.wait(2):
             for worker in self.workers:
-                why = _not_live(worker.probe_port)
+                answer, why = _probe(worker.probe_port)
+                tally = self.probes.setdefault(worker.name, {})
+                tally[answer] = tally.get(answer, 0) + 1
                 failures[worker.name] = failures.get(worker.name, 0) + 1 if why else 0
                 if failures[worker.name] < 3:
                     continue
@@ -405,6 +410,27 @@ class Soak:
 
     # --- the end -----------------------------------------------------------------------------
 
+    def dump_stacks(self) -> None:
+        """Every live process's Python stacks (py-spy), written beside its log as
+        ``<name>.stacks``: what the operator was doing when a check failed."""
+        spy = Path(sys.executable).parent / "py-spy"
+        if not spy.exists():
+            return
+        for p in self.procs:
+            if not p.popen or p.popen.poll() is not None:
+                continue
+            children = subprocess.run(["pgrep", "-P", str(p.popen.pid)], capture_output=True,
+                                      text=True).stdout.split()
+            dumps = []
+            for pid in [str(p.popen.pid), *children]:
+                try:
+                    out = subprocess.run([str(spy), "dump", "--pid", pid], capture_output=True,
+                                         text=True, timeout=30)
+                    dumps.append(out.stdout + out.stderr)
+                except subprocess.TimeoutExpired:
+                    dumps.append(f"py-spy dump --pid {pid}: no answer in 30 s\n")
+            (self.work / "logs" / f"{p.name}.stacks").write_text("\n".join(dumps))
+
     def stop(self) -> None:
         if hasattr(self, "probing"):
             self.probing.set()
@@ -458,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         from soak import check
 
         result = check.run(soak, settle=args.settle)
+        if not result["passed"]:
+            soak.dump_stacks()
     finally:
         soak.stop()
         for ns in soak.ns:

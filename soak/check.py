@@ -254,4 +254,5 @@ def run(soak, settle: float) -> dict:
         "overlap details": (history + side)[:20], "crashed processes": soak.crashes,
         "Celery workers restarted after exiting on their own": soak.worker_exits,
         "Celery workers restarted by their liveness probe (consumer stalled)": soak.stalled,
+        "liveness probe answers": soak.probes,
     }

@@ -33,6 +33,7 @@ class WorkerProbes:
         self.consumer = consumer
         self.last_received = time.monotonic()
         self._reading: threading.Thread | None = None
+        self._unsure_why: str | None = None
         # The queues it started to consume: a stalled consumer's own list is not to be trusted.
         self.queues = list(consumer.app.amqp.queues.consume_from or ()) or [
             broker.default_queue()]
@@ -56,14 +57,25 @@ class WorkerProbes:
             return None  # the cheap tests first: most probes end here
         running = self._running(after)
         if running:
+            self._unsure(f"{running} task(s) in progress", logging.INFO)
             return None
         oldest = self._oldest_waiting()
         if oldest is None:  # cannot tell: readiness reports the broker, a restart would not help
+            self._unsure("its queues could not be read in time", logging.WARNING)
             return None
+        self._unsure(None)
         sent = [t for t in (broker.sent_at(raw) for raw in oldest.values()) if t is not None]
         return stall.stalled(now=now, last_received=self.last_received, running=running,
                              oldest_sent=min(sent) if sent else None, wall_now=time.time(),
                              stalled_after=after)
+
+    def _unsure(self, why: str | None, level: int = logging.INFO) -> None:
+        """Log, once per change, why a worker that received nothing for a while is not judged
+        stalled: a check that stays blind must be seen, not silent."""
+        if why != self._unsure_why and why is not None:
+            log.log(level, "worker received nothing for %.0f s and is not judged stalled: %s",
+                    time.monotonic() - self.last_received, why)
+        self._unsure_why = why
 
     def watch(self) -> None:
         """Ends this worker once it has stayed stalled ``RECONCILERS_WORKER_STALLED_AFTER``
