@@ -5,11 +5,13 @@ on synthetic input. ``make soak`` runs the long one (docs/contributing/reliabili
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import ARTIFACTS
 from tests.helpers import REPO
 from soak import audit, check, report
 
@@ -152,22 +154,27 @@ def test_every_api_server_call_of_a_run_names_the_run():
 # default 300 s a timed-out soak would leave its operator's processes running under the next.
 @pytest.mark.timeout(1000)
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
-def test_a_short_soak_keeps_every_promise(stack, tmp_path, pool):
+def test_a_short_soak_keeps_every_promise(stack, pool):
     """Both pools: prefork children run a message's keys one by one; the thread pool's run
     threads' loop ends each run and claims the next waiting key in one statement
     (``runner.work``)."""
     from django.db import connections
 
     connections.close_all()  # the soak restarts PostgreSQL under this process
-    report = tmp_path / "soak.json"
+    # Its logs, trace and (when a check fails) every process's stacks are kept beside the
+    # other tests' logs: pytest keeps only its last few temporary directories.
+    work = ARTIFACTS / f"soak-{pool}"
+    shutil.rmtree(work, ignore_errors=True)
+    report = work / "soak.json"
     result = subprocess.run(
         [sys.executable, "-m", "soak", "--minutes", "1.5", "--objects", "90", "--seed", "7",
-         "--each-fault", "--settle", "180", "--pool", pool, "--work", str(tmp_path / "work"),
+         "--each-fault", "--settle", "180", "--pool", pool, "--work", str(work / "work"),
          "--report", str(report)],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert report.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(report.read_text())
-    assert figures["checks"] and all(figures["checks"].values()), json.dumps(figures, indent=2)
+    assert figures["checks"] and all(figures["checks"].values()), (
+        json.dumps(figures, indent=2) + f"\nlogs (and stacks) in {work / 'work' / 'logs'}")
     assert result.returncode == 0
     assert figures["overlaps"] == 0
     assert figures["audit log"]["ran"], figures["audit log"]  # a fresh stack keeps one
