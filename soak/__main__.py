@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from reconcilers.devstack import config as stack_config  # noqa: E402
 from reconcilers.devstack import controlplane  # noqa: E402
 from soak import faults, report  # noqa: E402
-from soak.toxiproxy import Toxiproxy  # noqa: E402
+from soak.toxiproxy import Toxiproxy, free_port  # noqa: E402
 
 GROUP, VERSION, PLURAL = "soak.operator.local", "v1", "soakitems"
 CRD = REPO / "soak" / "soakapp" / "crds" / "soakitems.soak.operator.local.yaml"
@@ -46,14 +46,6 @@ MODES = ("all", "proxy")  # proxy: no restart of the stack's services (a shared 
 # Seconds a message may wait in an idle worker's queue before its liveness probe fails: past
 # every fault window (a worker cut off from the broker cannot tell, and is left alone).
 STALLED_AFTER = 20
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _probe(port: int | None) -> tuple[str, str | None]:
@@ -260,7 +252,7 @@ class Soak:
             "--pool", self.pool, "--concurrency", "2", "--hostname", f"soak{i}-%h",
             "--without-gossip", "--without-mingle"]) for i in range(3)]
         for worker in self.workers:  # each serves /healthz, which the soak probes as k8s would
-            worker.probe_port = _free_port()
+            worker.probe_port = free_port()
             worker.env["OPERATOR_WORKER_HTTP_PORT"] = str(worker.probe_port)
         self.beat = Proc("beat", [py, "-m", "celery", "-A", "operator_project", "beat",
                                   "--loglevel", "WARNING", "--schedule",
