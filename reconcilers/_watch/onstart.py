@@ -10,16 +10,31 @@ that changed nothing would otherwise cost a reconcile of every object for nothin
 in the cluster meanwhile reach the new leader anyway, as watch events or as the relist's diff.
 ``always`` gives controller-runtime's behaviour.
 
-The fingerprint is a digest of the Python source of the app that defines the reconciler (its
-Django app directory, migrations and tests left out), of this framework's own source, and of
-every Django setting whose value is plain data (strings, numbers, lists, dicts...). A version
-string alone would miss a change to a user's own app. Code the reconciler reaches outside
-those (another installed package, an environment variable read directly) is not in it.
+The fingerprint is a digest of what decides what a run of an object writes:
+
+- the Python source of the app that defines the reconciler (its Django app directory,
+  migrations and tests left out);
+- the Python source of this whole framework (the ``reconcilers`` package; its migrations, the
+  local stack's tooling and the sample apps left out), so an upgrade of the framework reaches
+  every object it may have left wrong, wherever in the package its fix is;
+- the values of the settings the reconciler's app names in its source (``settings.X``,
+  ``getattr(settings, "X")``), as plain data, with credentials left out at any depth.
+
+What is left out, on purpose: per-process settings (ports, bind addresses: a hot standby
+differs from the leader in them), credentials (a rotated password changes no object), the
+framework's own ``RECONCILERS_*``/``OPERATOR_*`` settings (they tune how keys are queued and
+runs are bounded, not what a run writes; a run they failed is retried anyway), Django's and
+other libraries' settings, and settings the app never names. A version string alone would miss
+a change to a user's own app. Code the reconciler reaches outside its app (another installed
+package, a module elsewhere in the project, an environment variable read directly) is not in it
+either: ``RECONCILERS_RECONCILE_ON_START=always`` covers those.
 
 The pass enqueues through the ledger, so a key already queued or running is merged, never run
-twice at once, and it leaves out keys this leader's streams already enqueued (a relist of a
-cold cache enqueues everything): each object runs once. The fingerprint is stored only once
-every key is in the ledger, so a leader that dies mid-pass leaves the next one to do it again.
+twice at once, and it leaves out every key this leader's streams handed to the enqueuer (a relist
+of a cold cache hands over everything), whether or not it has reached the ledger yet: a stream
+reads synced only once its relist's keys are handed over, so each object runs once. The
+fingerprint is stored only once every key is in the ledger, so a leader that dies mid-pass
+leaves the next one to do it again.
 """
 
 from __future__ import annotations
@@ -35,21 +50,29 @@ from typing import Any, Iterable, Protocol
 from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 
 from reconcilers._kube import cache
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import settings
-from reconcilers.models import RegisteredReconciler, Trigger, WorkItem
+from reconcilers.models import RegisteredReconciler, Trigger
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base.vocab import GVR, Key, split_object_path
 
 log = logging.getLogger(__name__)
 
 MODES = ("changed", "always")
-_SKIPPED_DIRS = {"migrations", "tests", "__pycache__"}
-_FRAMEWORK = Path(__file__).resolve().parent
-_CREDENTIALS = re.compile(r"SECRET|PASSWORD|TOKEN|_URLS?$")
+# Directories that hold no code a run executes: an app's migrations and tests.
+_SKIPPED_DIRS = frozenset({"migrations", "tests", "__pycache__"})
+# The framework is the whole package; the local stack's tooling runs no reconcile, and each
+# sample app is fingerprinted as an app when one of its reconcilers is registered.
+_FRAMEWORK = Path(__file__).resolve().parents[1]
+_FRAMEWORK_SKIPPED = _SKIPPED_DIRS | {"devstack", "contrib"}
+# Names of credentials, as a setting's name or a key anywhere inside its value.
+_CREDENTIALS = re.compile(r"SECRET|PASSW|TOKEN|CREDENTIAL|API_?KEY|PRIVATE", re.IGNORECASE)
+# The framework's own settings: queue tuning and per-process values, not what a run writes.
+_FRAMEWORK_SETTINGS = ("RECONCILERS_", "OPERATOR_")
+_NAME = re.compile(rb"\b[A-Z][A-Z0-9_]*[A-Z0-9]\b")
+_USERINFO = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
 
 
 class _Stream(Protocol):
@@ -58,6 +81,14 @@ class _Stream(Protocol):
 
     @property
     def synced(self) -> bool: ...
+
+
+class _Handed(Protocol):
+    """What the pass asks of the term's enqueuer (``enqueuer.Enqueuer``)."""
+
+    def put_so_far(self) -> frozenset[Key]: ...
+
+    def forget(self) -> None: ...
 
 
 def mode() -> str:
@@ -70,9 +101,11 @@ def mode() -> str:
 
 def fingerprint(cls: type[Reconciler]) -> str:
     """The digest of what decides what ``cls`` does: its app's source, the framework's
-    source and the settings (see the module's docstring)."""
+    source and the settings its app names (see the module's docstring)."""
+    app = _app_dir(cls)
     digest = hashlib.sha256()
-    for part in (_source_digest(_app_dir(cls)), _source_digest(_FRAMEWORK), _settings_digest()):
+    for part in (_source_digest(app, _SKIPPED_DIRS), _source_digest(_FRAMEWORK, _FRAMEWORK_SKIPPED),
+                 _settings_digest(_named_settings(app))):
         digest.update(part.encode())
     return digest.hexdigest()
 
@@ -87,37 +120,58 @@ def _app_dir(cls: type[Reconciler]) -> Path:
     return Path(getattr(module, "__file__", "") or ".").resolve().parent
 
 
+def _sources(root: Path, skipped: frozenset[str]) -> list[Path]:
+    return [path for path in sorted(root.rglob("*.py"))
+            if not skipped & set(path.relative_to(root).parts[:-1])]
+
+
 @lru_cache(maxsize=None)
-def _source_digest(root: Path) -> str:
+def _source_digest(root: Path, skipped: frozenset[str] = _SKIPPED_DIRS) -> str:
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        relative = path.relative_to(root)
-        if _SKIPPED_DIRS & set(relative.parts[:-1]):
-            continue
-        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in _sources(root, skipped):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def _settings_digest() -> str:
+@lru_cache(maxsize=None)
+def _named_settings(app: Path) -> frozenset[str]:
+    """The settings the app's source names (an upper-case word that is a setting), less
+    Django's own, the framework's own and credentials (see the module's docstring)."""
     from django.conf import global_settings
 
-    plain = {}
-    for name in sorted(dir(django_settings)):
-        if (name.isupper() and not hasattr(global_settings, name)
-                and name != "SETTINGS_MODULE" and not _CREDENTIALS.search(name)):
-            value = _plain(getattr(django_settings, name))
-            if value is not None:
-                plain[name] = value
-    # The operator's own settings, wherever they are set (the environment, most often).
-    plain.update((name, _plain(value)) for name, value, _, _ in settings().table())
+    words: set[str] = set()
+    for path in _sources(app, _SKIPPED_DIRS):
+        words.update(w.decode() for w in _NAME.findall(path.read_bytes()))
+    return frozenset(
+        name for name in words
+        if hasattr(django_settings, name) and not hasattr(global_settings, name)
+        and not name.startswith(_FRAMEWORK_SETTINGS) and not _CREDENTIALS.search(name))
+
+
+def _settings_digest(names: frozenset[str]) -> str:
+    plain = _plain_settings(names, lambda name: getattr(django_settings, name))
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
 
+def _plain_settings(names: Iterable[str], value_of: Any) -> dict[str, Any]:
+    """``{name: value}`` of the settings ``names`` whose values are plain data, credentials
+    left out (``value_of(name)`` reads one)."""
+    plain = {}
+    for name in sorted(names):
+        value = _plain(value_of(name))
+        if value is not None:
+            plain[name] = value
+    return plain
+
+
 def _plain(value: Any) -> Any:
-    """``value`` as JSON-able data, or None when it is not plain data (a function's or an
-    object's text would differ between processes)."""
-    if value is None or isinstance(value, (str, int, float, bool)):
+    """``value`` as JSON-able data with credentials left out (keys named like one dropped, a
+    URL's password blanked), or None when it is not plain data (a function's or an object's
+    text would differ between processes)."""
+    if value is None or isinstance(value, (int, float, bool)):
         return value
+    if isinstance(value, str):
+        return _USERINFO.sub(r"\1@", value)
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (list, tuple)):
@@ -126,6 +180,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
+            if _CREDENTIALS.search(str(k)):
+                continue
             item = _plain(v)
             if item is None and v is not None:
                 return None
@@ -136,13 +192,14 @@ def _plain(value: Any) -> Any:
 
 class StartPass:
     """The pass a new leader owes: reconcilers whose fingerprint changed (or all of them, in
-    ``always`` mode), each enqueued once every stream of its primary resource is synced."""
+    ``always`` mode), each enqueued once every stream of its primary resource is synced, less
+    the keys the term's streams handed to ``handed`` already."""
 
-    def __init__(self, reconcilers: Iterable[type[Reconciler]]):
+    def __init__(self, reconcilers: Iterable[type[Reconciler]], handed: _Handed):
         self.always = mode() == "always"
         self.fingerprints = {cls.name(): (cls, fingerprint(cls)) for cls in reconcilers}
+        self.handed = handed
         self.pending: dict[str, tuple[type[Reconciler], str]] | None = None  # read at 1st call
-        self.began: Any = None  # the database's clock when this leader's pass began
         self.enqueued = 0
 
     def __call__(self, streams: list[_Stream]) -> None:
@@ -155,20 +212,18 @@ class StartPass:
 
     def _due(self, streams: list[_Stream]) -> None:
         if self.pending is None:
-            with connection.cursor() as cursor:  # the clock enqueued_at is written by
-                cursor.execute("SELECT now()")
-                self.began = cursor.fetchone()[0]
             done = dict(RegisteredReconciler.objects.values_list("name", "start_fingerprint"))
             self.pending = {name: (cls, fp) for name, (cls, fp) in self.fingerprints.items()
                             if self.always or done.get(name) != fp}
+            for name in sorted(self.fingerprints.keys() - self.pending.keys()):
+                log.info("start pass: none for %s (its code and settings are those of the "
+                         "last leader's pass)", name)
         for name, (cls, fp) in list(self.pending.items()):
             primary = [s for s in streams if s.gvr == cls.primary()]
             if not primary or not all(s.synced for s in primary):
                 continue
-            already = set(WorkItem.objects.filter(reconciler=name, enqueued_at__gte=self.began)
-                          .values_list("namespace", "name"))
-            keys = [k for k in _cached_keys(name, primary)
-                    if (k.namespace, k.name) not in already]
+            handed = self.handed.put_so_far()
+            keys = [k for k in _cached_keys(name, primary) if k not in handed]
             workqueue.add(keys, Trigger.START)
             RegisteredReconciler.objects.filter(name=name).update(start_fingerprint=fp)
             del self.pending[name]
@@ -176,6 +231,8 @@ class StartPass:
             log.info("start pass: %d objects of %s enqueued (its code or settings changed "
                      "since the last leader's pass, or RECONCILERS_RECONCILE_ON_START=always)",
                      len(keys), name)
+        if self.done:
+            self.handed.forget()
 
     @property
     def done(self) -> bool:
