@@ -47,6 +47,23 @@ def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition
                          + (f": {last_error}" if last_error else ""))
 
 
+def at_rest(reconciler: str, namespace: str, name: str, horizon: float = 10) -> bool:
+    """The key's runs are over and none is owed: idle or backing off, not dirty, and no run
+    due within ``horizon`` seconds. A positive signal for "nothing more happens": what
+    follows can only come from a new change, never from work already handed over."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from reconcilers.models import State, WorkItem
+
+    item = WorkItem.objects.filter(reconciler=reconciler, namespace=namespace,
+                                   name=name).first()
+    return bool(item is not None and item.state in (State.IDLE, State.BACKOFF)
+                and not item.dirty and (item.due_at is None or item.due_at
+                                        > timezone.now() + timedelta(seconds=horizon)))
+
+
 def made_together(make: Callable[..., T], threads: int) -> tuple[Callable[..., T], list[int]]:
     """``make`` slowed down so that callers who each make their own all make it at once: every
     call waits (up to 5 s) until ``threads`` calls are inside. Returns it and its call count

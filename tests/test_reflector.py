@@ -473,3 +473,18 @@ def test_a_list_writes_the_cache_and_its_marker_together_or_neither(
     # Neither: the old position, and the cache as it was there.
     assert cache.resume_point(CONFIGMAPS, namespace, first._stream) == marked
     assert cache.get(CONFIGMAPS, namespace, "b") is None
+
+
+def test_a_scope_reads_synced_only_once_its_lists_changes_are_reported(api, namespace,
+                                                                       redis_client):
+    """The start pass takes a synced stream's keys as handed over: a key reported after the
+    stream turned synced would be enqueued by the pass and again by the relist, and run twice
+    (``onstart``)."""
+    make_cm(api, namespace, "one")
+    make_cm(api, namespace, "two")
+    synced_at_report: list[bool] = []
+    subject = reflector(namespace, lambda trigger, old, new, change=None:
+                        synced_at_report.append(bool(subject.resource_version)))
+    subject.list(api, initial=True)
+    assert synced_at_report and not any(synced_at_report), synced_at_report
+    assert subject.resource_version

@@ -47,10 +47,29 @@ class Enqueuer(threading.Thread):
         self.stop_event = stop
         self.batches = 0
         self.puts = 0  # keys put so far: tells whether more came in while a batch was written
+        # Every key put this term, until ``forget``: the start pass leaves these out, whether
+        # or not they have reached the ledger yet. Written by the streams' threads, read by
+        # the start pass's, under the lock.
+        self._put_keys: set[Key] | None = set()
+        self._put_keys_lock = threading.Lock()
 
     def put(self, key: Key, trigger: str) -> None:
         self.puts += 1
+        if self._put_keys is not None:
+            with self._put_keys_lock:
+                if self._put_keys is not None:
+                    self._put_keys.add(key)
         self._put((key, trigger))
+
+    def put_so_far(self) -> frozenset[Key]:
+        """The keys put since this enqueuer started (empty once ``forget`` was called)."""
+        with self._put_keys_lock:
+            return frozenset(self._put_keys or ())
+
+    def forget(self) -> None:
+        """Stop remembering the keys put: nobody will ask again this term."""
+        with self._put_keys_lock:
+            self._put_keys = None
 
     def stop(self) -> None:
         """Finish what is queued, then end (now, not at the next poll)."""

@@ -117,7 +117,7 @@ class Watcher:
         streams = build_streams(classes, enqueuer, term, self.identity, term=fence)
         forgetting = self._announce(classes, stop)
         self._replay(streams, stop)
-        start_pass = onstart.StartPass(classes)
+        start_pass = onstart.StartPass(classes, enqueuer)
 
         def tick(running: list) -> None:
             start_pass(running)

@@ -318,9 +318,11 @@ class Reflector:
         cache.mark_synced(self.gvr, self.namespace, rv, self._stream, pipe)
         pipe.execute()
         self.known = Known(self.gvr, self.namespace, seen)
-        self.resource_version = rv
+        # Synced (a resourceVersion) only once every change is reported: whoever reads this
+        # scope as synced may take its keys as handed over (the start pass does).
         for trigger, old, new, change in changes:
             self.deliver(trigger, old, new, change)
+        self.resource_version = rv
         self._note("listed")
 
     def watch(self, api) -> None:

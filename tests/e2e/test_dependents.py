@@ -16,11 +16,12 @@ from kubernetes import client
 
 from reconcilers._authoring import crds
 from reconcilers.models import ReconcileRecord
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, at_rest, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 GROUP, VERSION, PLURAL = "samples.django-crd-operator.io", "v1alpha1", "websites"
+WEBSITES = f"{PLURAL}.{GROUP}"
 WEBSITE = f"{PLURAL}.{GROUP}"
 HOLD = "test.django-crd-operator.io/hold"
 
@@ -85,7 +86,7 @@ def test_the_service_waits_for_the_deployment_to_be_available(kube, namespace,
     assert cm.data == {"index.html": "<h1>site</h1>"}
     assert cm.metadata.owner_references[0].kind == "Website"
     assert apps.read_namespaced_deployment("site", namespace).spec.template.spec.node_selector
-    time.sleep(3)
+    wait_for(lambda: at_rest(WEBSITES, namespace, "site"), 30, "the Website's runs over")
     assert _get(core.read_namespaced_service, "site", namespace) is None
 
     # Pods may run anywhere now: once the Deployment is available the Service follows - moved
@@ -144,14 +145,15 @@ def test_a_service_no_longer_wanted_is_deleted_and_a_website_goes_in_reverse_ord
         return obj is None or obj.metadata.deletion_timestamp is not None
 
     wait_for(lambda: deleting(core.read_namespaced_service, "web"), 30, "the Service deleted")
-    time.sleep(3)  # the Service is still there: nothing it depends on may go
+    # The Service is still there: nothing it depends on may go, in this run or any owed.
+    wait_for(lambda: at_rest(WEBSITES, namespace, "web"), 30, "the Website's runs over")
     assert not deleting(apps.read_namespaced_deployment, "web")
     assert not deleting(core.read_namespaced_config_map, "web-content")
 
     _release(core.patch_namespaced_service, "web", namespace)
     wait_for(lambda: deleting(apps.read_namespaced_deployment, "web"), 30,
              "the Deployment deleted once the Service is gone")
-    time.sleep(3)
+    wait_for(lambda: at_rest(WEBSITES, namespace, "web"), 30, "the Website's runs over")
     assert not deleting(core.read_namespaced_config_map, "web-content")
     assert _get(crd.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, "web")
 

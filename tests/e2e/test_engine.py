@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from reconcilers.models import ReconcileRecord, WorkItem
-from tests.helpers import wait_for
+from tests.helpers import at_rest, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -96,7 +96,8 @@ def test_a_failing_reconciler_backs_off_records_the_error_and_others_keep_runnin
 
     broken = wait_for(lambda: ReconcileRecord.objects.filter(name="broken").first(), 30)
     assert broken.outcome == "permanent"
-    time.sleep(2)  # well past several backoff periods
+    # No retry is owed (a permanent error waits for a change), so none can come.
+    wait_for(lambda: at_rest(PROBE, namespace, "broken", horizon=3600), 30, "no retry owed")
     assert ReconcileRecord.objects.filter(name="broken").count() == 1
     assert WorkItem.objects.get(name="broken").state == "idle"
     # A permanent error waits for a change to the object, and then runs again.
@@ -240,15 +241,16 @@ def test_changes_while_the_watcher_is_down_converge_and_deletions_are_finalized_
                                                                   PLURAL, "drop")
     client.CustomObjectsApi(kube).delete_namespaced_custom_object(fgroup, VERSION, namespace,
                                                                   PLURAL, "tidy")
-    time.sleep(1)
-    assert get(kube, namespace, "tidy", fgroup) is not None  # held by its finalizer
+    held = get(kube, namespace, "tidy", fgroup)  # held by its finalizer
+    assert held is not None and held["metadata"].get("deletionTimestamp")
 
     operator.start_watcher(PROBE, fin)
     wait_for(lambda: converged(kube, namespace, ["keep", "new"]), 60, "convergence after restart")
     wait_for(lambda: get(kube, namespace, "tidy", fgroup) is None, 60, "finalized deletion")
     wait_for(lambda: ReconcileRecord.objects.filter(name="drop", outcome="gone").exists(), 30,
              "the deletion missed while down to be reconciled")
-    time.sleep(1)
+    # Cleanup is counted before the finalizer comes off, so a second one would be counted by
+    # the time the object is gone.
     assert redis_client.lrange("probe:finalized", 0, -1) == [b"tidy"]
 
 

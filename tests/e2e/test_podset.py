@@ -10,11 +10,12 @@ import time
 import pytest
 from kubernetes import client, watch
 
-from tests.helpers import wait_for
+from tests.helpers import at_rest, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 GROUP, VERSION, PLURAL = "samples.django-crd-operator.io", "v1alpha1", "podsets"
+PODSETS = f"{PLURAL}.{GROUP}"
 PODSET = f"{PLURAL}.{GROUP}"
 
 
@@ -135,7 +136,11 @@ def test_a_burst_of_scale_changes_never_over_creates(kube, namespace, podset_ope
             time.sleep(0.05)
         wait_for(lambda: _status(crd, namespace, "b").get("readyReplicas") == 6
                  and len(census.alive) == 6, 120, "six ready Pods")
-        time.sleep(2)  # nothing more happens afterwards
+        # Nothing more happens afterwards: the last run saw the last change, and none is owed.
+        wait_for(lambda: _status(crd, namespace, "b").get("observedGeneration")
+                 == crd.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "b")
+                 ["metadata"]["generation"] and at_rest(PODSETS, namespace, "b"), 60,
+                 "the PodSet's runs over")
         assert len(census.alive) == 6
         assert census.peak <= 8, f"{census.peak} Pods existed at once; at most 8 were asked for"
     finally:

@@ -3,14 +3,12 @@ settings changed since the last leader's pass (``reconcilers._watch.onstart``)."
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from reconcilers.models import (ReconcileRecord, RegisteredReconciler, State, WatchStream,
                                 WorkItem)
 from tests.e2e.test_engine import PROBE, create, get
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -71,10 +69,12 @@ def test_a_restart_that_changed_nothing_makes_no_start_pass_unless_always(kube, 
     wait_for(_settled, 30, "the first pass recorded and every key idle")
     passes = _start_runs()
 
-    _restart(operator)  # SIGTERM: the stopping watcher records its stream disconnected
+    # SIGTERM: the stopping watcher records its stream disconnected. The new one differs only
+    # in what is its own, as a hot standby does: its probe port.
+    _restart(operator, OPERATOR_WATCHER_HTTP_PORT=str(free_port()))
+    operator.watchers[0].wait_for_log(f"start pass: none for {PROBE}", 30)
     wait_for(lambda: WatchStream.objects.filter(reconciler=PROBE, connected=True).exists(), 30,
              "the restarted watcher's stream")
-    time.sleep(3)  # a pass, had there been one, runs within a second of the streams syncing
     assert _start_runs() == passes, "nothing changed, yet every object was reconciled"
 
     _restart(operator, RECONCILERS_RECONCILE_ON_START="always")
@@ -88,8 +88,9 @@ def test_a_first_leader_runs_each_existing_object_once(kube, namespace, operator
         create(kube, namespace, name, value=1)
     operator.start_watcher(PROBE)
     operator.start_worker(concurrency=4, pool="threads")
-    wait_for(lambda: ReconcileRecord.objects.filter(reconciler=PROBE).count() >= len(NAMES), 60,
-             "every probe reconciled")
-    time.sleep(3)  # the pass runs within a second of the stream syncing
+    # The pass is made (its keys, if any, in the ledger) and every run has ended: a second
+    # run of an object, had the pass enqueued one, is recorded by then.
+    operator.watchers[0].wait_for_log(f"objects of {PROBE} enqueued", 60)
+    wait_for(_settled, 60, "the pass recorded and every key idle")
     runs = sorted(ReconcileRecord.objects.filter(reconciler=PROBE).values_list("name", flat=True))
     assert runs == sorted(NAMES), runs
