@@ -9,6 +9,9 @@ Every fixture here talks to a real process started by ``make up`` (``python -m r
                      with ``KUBECONFIG`` pointing at the stack.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
+- ``private_redis``  a Redis server of the test's own on a free port, which the test may stop,
+                     flush, snapshot and restart from an older snapshot (the shared one is
+                     never restarted: other tests use it).
 - ``worker_db_url``  a DATABASE_URL pointing at pytest-django's test database, so processes a
                      test starts see the same rows the test does (tests using it need
                      ``transaction=True``, or their rows stay invisible to other processes).
@@ -101,6 +104,87 @@ def redis_client(stack):
     r.flushdb()
     yield r
     r.close()
+
+
+class PrivateRedis:
+    """A ``redis-server`` of one test's own, its data in ``directory``: no persistence but the
+    snapshots the test takes (``save``) and the one it starts from (``restart``)."""
+
+    def __init__(self, directory: Path):
+        from tests.helpers import free_port
+
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._popen: subprocess.Popen | None = None
+        self._snapshots = 0
+
+    def client(self):
+        import redis
+
+        return redis.Redis(port=self.port, socket_timeout=30)
+
+    def start(self) -> None:
+        import redis
+
+        log = open(self.directory / "redis.log", "ab")
+        self._popen = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--daemonize", "no",
+             "--save", "", "--appendonly", "no"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with self.client() as r:
+                    if r.ping():
+                        return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self._popen.poll() is not None:
+                    raise AssertionError("the private redis-server did not start:\n"
+                                         + (self.directory / "redis.log").read_text())
+                time.sleep(0.05)
+
+    def save(self) -> Path:
+        """An RDB snapshot of what Redis holds now, kept aside."""
+        with self.client() as r:
+            r.save()
+        self._snapshots += 1
+        kept = self.directory / f"snapshot-{self._snapshots}.rdb"
+        kept.write_bytes((self.directory / "dump.rdb").read_bytes())
+        return kept
+
+    def stop(self, save: bool = False) -> None:
+        if self._popen is None or self._popen.poll() is not None:
+            return
+        import redis
+
+        try:
+            with self.client() as r:
+                r.execute_command("SHUTDOWN", "SAVE" if save else "NOSAVE")
+        except redis.ConnectionError:  # the server hangs up on SHUTDOWN
+            pass
+        self._popen.wait(30)
+
+    def restart(self, snapshot: Path | None = None) -> None:
+        """Stopped and started again: from ``snapshot`` if given, else with every write it
+        had (saved on the way down)."""
+        self.stop(save=snapshot is None)
+        if snapshot is not None:
+            (self.directory / "dump.rdb").write_bytes(snapshot.read_bytes())
+        self.start()
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[PrivateRedis]:
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = PrivateRedis(directory)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -56,6 +56,32 @@ def test_an_object_that_no_longer_exists_is_gone(kube, namespace, probe_crds, re
     assert runner.run(key, token, registry=reg).outcome == "gone"
 
 
+def test_a_miss_in_a_synced_cache_is_asked_of_the_api_server_before_the_run_is_gone(
+        kube, namespace, probe_crds, reg, redis_client):
+    """Redis gone back to an older snapshot holds a live synced marker over a cache without
+    what was created since, until the watcher notices: the run reconciles the object the
+    api-server has, and only what the api-server lacks too is gone."""
+    from reconcilers._kube import cache
+
+    reconciled = []
+
+    @register(registry=reg)
+    class Probe(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            reconciled.append(obj["metadata"]["name"])
+
+    cache.mark_synced(Probe.primary(), namespace, "1")  # no object cached in that scope
+    make_probe(kube, namespace, "created-in-the-gap")
+
+    key, token = enqueue("created-in-the-gap", Probe.name(), namespace)
+    assert runner.run(key, token, registry=reg).outcome == "success"
+    assert reconciled == ["created-in-the-gap"]
+    key, token = enqueue("never-existed", Probe.name(), namespace)
+    assert runner.run(key, token, registry=reg).outcome == "gone"
+
+
 def test_a_malformed_object_gets_an_error_record_with_traceback_and_a_retry(
         kube, namespace, probe_crds, reg, redis_client):
     @register(registry=reg)

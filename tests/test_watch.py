@@ -67,6 +67,46 @@ def test_streams_enqueue_keys_and_relist_after_redis_loses_the_cache(
         enqueuer.join(5)
 
 
+def test_streams_relist_after_redis_went_back_to_an_older_snapshot_and_enqueue_what_it_lost(
+        kube, namespace, private_redis, redis_client, settings):
+    """The synced marker comes back with the snapshot, alive: without the watcher's epoch the
+    stream would go on from its position in memory over a cache lacking what came since."""
+    from kubernetes import client
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    settings.REDIS_URL = private_redis.url  # the cache; the ledger's messages stay where they are
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "before"}})
+    stop, done = threading.Event(), threading.Event()
+    enqueuer = Enqueuer(stop)
+    enqueuer.start()
+    streams = build_streams([ConfigMaps], enqueuer, stop, holder="test")
+    runner = threading.Thread(target=run_streams,
+                              args=(streams, done.is_set, "test-watcher"), daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="before").exists(),
+                 what="the first ConfigMap's key in the ledger")
+        snapshot = private_redis.save()
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "gap"}})
+        wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="gap").exists(),
+                 what="the key of the ConfigMap made after the snapshot")
+        # As if its run had ended: a run reading the older cache would have found nothing.
+        WorkItem.objects.filter(namespace=namespace, name="gap").delete()
+
+        private_redis.restart(snapshot)
+
+        wait_for(lambda: WorkItem.objects.filter(namespace=namespace, name="gap").exists(),
+                 timeout=15, what="the lost ConfigMap's key enqueued again by a relist")
+        assert cache.get(CONFIGMAPS, namespace, "gap") is not None
+        wait_for(lambda: cache.is_synced(CONFIGMAPS, namespace), what="synced again")
+    finally:
+        done.set()
+        stop.set()
+        runner.join(20)
+        enqueuer.join(5)
+
+
 def test_the_enqueuer_batches_what_waits(redis_client):
     from reconcilers._base.vocab import Key
 

@@ -9,7 +9,8 @@ Indexes (``Index``) are sets per stream scope, ``operator:idx:<resource>:<scope>
 of object fields, written in the same transaction as the objects; ``operator:indexes:<resource>:
 <scope>`` names the indexes that scope's watcher keeps. If
 Redis restarts empty the markers are gone too, readers fall back to the api-server, and the
-watcher notices and relists. Expectations (``ctx.expectations``) are sets
+watcher notices and relists; if it comes back holding older data, markers included, the
+watcher notices through its ``epoch`` and relists too. Expectations (``ctx.expectations``) are sets
 ``operator:expect:<name>``.
 
 Only this module knows these keys. Two neighbours own theirs beside them, in the same Redis and
@@ -248,10 +249,11 @@ def resume_point(gvr: GVR, namespace: str | None, stream: str) -> str | None:
     return resource_version if kept == stream and resource_version else None
 
 
-def drop_synced(gvr: GVR, namespace: str | None) -> None:
+def drop_synced(gvr: GVR, namespace: str | None) -> bool:
     """Forget that ``namespace`` (None: every namespace) is listed: runs read the api-server
-    there until a stream lists it again (``scopes``: nobody keeps it any more)."""
-    get_redis().delete(_synced_key(gvr, namespace))
+    there until a stream lists it again (``scopes``: nobody keeps it any more; ``lifecycle``:
+    Redis went back in time). True when the marker was there."""
+    return bool(get_redis().delete(_synced_key(gvr, namespace)))
 
 
 def keep_synced(gvr: GVR, namespace: str | None) -> bool:

@@ -2,7 +2,7 @@
 
 ``work()`` is client-go's worker loop and ``Job.run`` its ``processNextWorkItem`` +
 ``syncHandler``: claim the key in the work queue (or drop a stale message), re-read the object
-from the cache (404 = gone), call the user's ``reconcile`` / ``finalize`` inside exception
+from the cache (a miss confirmed by the api-server = gone), call the user's ``reconcile`` / ``finalize`` inside exception
 capture, let ``decision.decide`` say what follows, then end the run with one statement
 (``workqueue.done``: the key moved on, the run's history row written, the follow-up message
 sent once committed) - which, when another key waits for this run thread, also claims that
@@ -86,11 +86,16 @@ def worker_identity() -> str:
 
 
 def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | None:
-    """The current object: from the cache once it is synced, else from the api-server."""
+    """The current object: from the cache once it is synced, else from the api-server.
+
+    A miss in a synced cache is asked of the api-server before the run is ``gone``: Redis
+    that went back in time (an older snapshot, a failover to a lagging replica) holds a
+    synced marker over a cache without what was created since, until the watcher notices
+    and relists (``epoch``). It costs one GET per deleted object's run."""
     gvr = cls.primary()
     namespace = key.namespace if gvr.namespaced else None
     synced, obj = cache.get_if_synced(gvr, namespace, key.name)
-    if synced:
+    if synced and obj is not None:
         return obj
     return kube.get_or_none(api, gvr.path(namespace, key.name))
 

@@ -9,7 +9,8 @@ runs between its arguments and its exit.
 3. for each term it leads: start the enqueuer and, if configured, the periodic sender; build
    the streams, fenced by the term; announce this deployment's scope (``scopes``); replay the
    journal; then supervise the streams (``run_streams``: a thread each, the heartbeat, the
-   synced markers kept alive, the status rows flushed) with the start pass (``onstart``) and
+   synced markers kept alive, every stream relisted when Redis lost or went back on what it
+   wrote (``epoch``), the status rows flushed) with the start pass (``onstart``) and
    the scope forgetting on every tick, until told to stop or the term ends;
 4. on stop, release the Lease so a successor leads at once.
 
@@ -33,6 +34,7 @@ from reconcilers._base import probes
 from reconcilers._base.conf import process_setting, settings
 from reconcilers._base.vocab import GVR
 from reconcilers._kube import cache
+from reconcilers._kube.epoch import Epoch
 from reconcilers._kube.fence import Term, raise_fence
 from reconcilers._queue import broker, periodic, workqueue
 from reconcilers._watch import leader, onstart, scopes
@@ -227,6 +229,8 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
     makes it look at once rather than at its next tick."""
     health = health or Health()
     health.streams = streams
+    epoch = Epoch()
+    _redis_kept(epoch, [])  # what Redis holds before any stream writes: the first comparison
     threads = [threading.Thread(target=s.run, daemon=True, name=f"stream:{s.gvr.id}")
                for s in streams]
     for t in threads:
@@ -234,6 +238,7 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
     while not until():
         heartbeat(identity)
         health.tick()
+        _redis_kept(epoch, streams)
         for s in streams:
             # Keep the synced marker alive; if Redis restarted empty it is gone: relist.
             if (s.status.resource_version and not s.reflector.relist_requested.is_set()
@@ -259,6 +264,31 @@ def run_streams(streams: list[Stream], until: Callable[[], bool], identity: str,
         s.status.save()  # how each stream ended
     health.streams = []
     connection.close()
+
+
+def _redis_kept(epoch: Epoch, streams: list[Stream]) -> None:
+    """Relist every stream if Redis lost or went back on what the watcher wrote (``epoch``).
+
+    A stream whose synced marker Redis still holds came back with older data, which runs may
+    read as complete: the marker is dropped, so runs read the api-server until the relist
+    marks the scope again, and the relist reports what differs from the cache - each object
+    created, changed or deleted in the lost window runs again. A stream whose marker is gone
+    relists as after Redis restarted empty: runs read the api-server meanwhile, so only what
+    differs from its memory is reported."""
+    try:
+        if epoch.check():
+            return
+    except Exception as exc:  # Redis unreachable: compared once it answers again
+        log.debug("could not compare Redis with what the watcher wrote: %s", exc)
+        return
+    log.warning("Redis lost or went back on the cache (%s): relisting %d streams",
+                epoch.last_change, len(streams))
+    for s in streams:
+        try:
+            restored = cache.drop_synced(s.gvr, s.namespace)
+        except Exception:  # gone again: relisted all the same, against its memory
+            restored = False
+        s.reflector.request_relist(against_cache=restored)
 
 
 def _keep_synced(gvr: GVR, namespace: str | None) -> bool:

@@ -20,7 +20,8 @@ handlers' business (``handlers.py``), not the reflector's.
 Index sets (``Index`` declarations of the reconcilers on this stream) are kept in the same
 transaction as the objects they file. Only the reflector's own thread changes ``known`` (a
 ``Known``) and ``resource_version``; other threads ask for a relist through
-``relist_requested`` (e.g. after Redis lost the cache).
+``request_relist`` (after Redis lost the cache; after it went back in time, diffing against
+what the cache holds).
 
 Every cache write carries the leader's term (``term``, a ``fence.Term``): Redis refuses the
 writes of a term older than the newest leader's (``fence.StaleTerm``), so a paused ex-leader's
@@ -154,6 +155,11 @@ class Reflector:
         self.stop_event = stop
         self.status = status  # a watch.StreamStatus, or None
         self.relist_requested = threading.Event()
+        # Requests to diff the next relist against the shared cache, not ``known``: counted
+        # with the request, under one lock, and forgotten only once a list has done so (a
+        # failed list, or a request made while one is read, leaves them for the next).
+        self._against_cache = 0
+        self._asked = threading.Lock()
         # Owned by this reflector's thread: the last state seen of each object and the
         # resourceVersion to resume the watch from.
         self.known = Known(gvr, namespace, {})
@@ -176,10 +182,14 @@ class Reflector:
         self.stop_event.set()
         self._close_watch()
 
-    def request_relist(self) -> None:
+    def request_relist(self, against_cache: bool = False) -> None:
         """From any thread: relist now (the open watch is closed so the request is not left
-        waiting for the next event of a quiet stream)."""
-        self.relist_requested.set()
+        waiting for the next event of a quiet stream). ``against_cache``: report what differs
+        from the shared cache rather than from this stream's memory - after Redis went back
+        in time, runs may have read the older cache, and what it lacks must run again."""
+        with self._asked:
+            self._against_cache += against_cache
+            self.relist_requested.set()
         self._close_watch()
 
     def _close_watch(self) -> None:
@@ -207,8 +217,12 @@ class Reflector:
                                   if self.relist_requested.is_set() else "expired"].inc()
                     # Cleared before the list, not after: a request made while it is read
                     # (the cache lost mid-list) may postdate what it read, and lists again.
-                    self.relist_requested.clear()
-                    self.list(api, initial=first)
+                    with self._asked:
+                        self.relist_requested.clear()
+                        against_cache = self._against_cache
+                    self.list(api, initial=first or against_cache > 0)
+                    with self._asked:
+                        self._against_cache -= against_cache
                     first = False
                     if self.relist_requested.is_set():
                         continue  # asked for again while listing: list again, not watch
@@ -261,7 +275,9 @@ class Reflector:
         return True
 
     def list(self, api, initial: bool = False) -> None:
-        """Paginated LIST; replace this scope of the cache and report every difference."""
+        """Paginated LIST; replace this scope of the cache and report every difference - from
+        what the shared cache holds when ``initial`` (a first list, or Redis went back in
+        time), else from ``known``."""
         seen: dict[str, dict] = {}
         token = ""
         page = settings().list_page_size
@@ -294,7 +310,7 @@ class Reflector:
         if initial:
             # After a restart nothing is in memory: the shared cache tells what existed - in
             # this stream's namespace only, and whole, so a child deleted while no watcher ran
-            # still names its owner.
+            # still names its owner. After Redis went back in time, it is what runs read.
             previous = cache.objects(self.gvr, self.namespace)
         else:
             previous = self.known.all()

@@ -218,6 +218,35 @@ def test_redis_restarted_empty_loses_no_work(kube, namespace, operator, stack, r
     wait_for(lambda: converged(kube, namespace, ["a", "b"]), 60, "convergence after the restart")
 
 
+def test_redis_restored_from_an_older_snapshot_loses_no_object_created_since(
+        kube, namespace, operator, private_redis, settings):
+    """Redis comes back from a snapshot older than an object's creation, with the synced
+    marker alive in it: the object is reconciled, never recorded ``gone``, and the cache
+    holds it again."""
+    from reconcilers._base.vocab import GVR
+    from reconcilers._kube import cache
+
+    operator.env["REDIS_URL"] = settings.REDIS_URL = private_redis.url  # cache and broker
+    operator.start_watcher(PROBE)
+    worker = operator.start_worker()
+    create(kube, namespace, "before", value=1)
+    wait_for(lambda: converged(kube, namespace, ["before"]), 60, "the first object converged")
+    worker.stop()  # the gap's object waits in the ledger, not run before Redis goes back
+
+    snapshot = private_redis.save()
+    create(kube, namespace, "gap", value=1)
+    probes = GVR.of(f"{GROUP}/{VERSION}", "Probe")
+    wait_for(lambda: cache.get(probes, namespace, "gap"), 30, "the new object cached")
+    wait_for(lambda: WorkItem.objects.filter(name="gap", state="queued").exists(), 30,
+             "its key queued")
+    private_redis.restart(snapshot)  # its message, its cache entry: gone back before them
+
+    operator.start_worker()
+    wait_for(lambda: converged(kube, namespace, ["gap"]), 60, "the gap's object reconciled")
+    assert not ReconcileRecord.objects.filter(name="gap", outcome="gone").exists()
+    assert cache.get(probes, namespace, "gap") is not None
+
+
 def test_changes_while_the_watcher_is_down_converge_and_deletions_are_finalized_once(
         kube, namespace, operator, redis_client):
     fin = "probes.finalizing.operator.local"
