@@ -153,11 +153,13 @@ class LedgerRouter:
     db_for_write = db_for_read
 
 
+@pytest.mark.parametrize("module", ["operator_project.settings", "tests.settings",
+                                    "tests.routedproject.settings"])
 @pytest.mark.parametrize("argv", [["manage.py", "check"], ["manage.py", "migrate"]])
-def test_the_projects_own_settings_bound_every_wait(argv):
-    """The demo project's settings pass, ``migrate`` too: it has no statement bound (a
-    migration may rewrite a large table) but waits for a lock no longer than a statement
-    may run."""
+def test_the_projects_own_settings_bound_every_wait(module, argv):
+    """The demo project's settings (and the tests' built on them) pass, ``migrate`` too: it
+    has no statement bound (a migration may rewrite a large table) but waits for a lock no
+    longer than a statement may run."""
     import os
     import subprocess
     import sys
@@ -169,7 +171,7 @@ def test_the_projects_own_settings_bound_every_wait(argv):
             "from django.core.checks import run_checks\n"
             "print([w.id for w in run_checks(tags=['reconcilers'])])\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PGCONNECT_TIMEOUT", "PGOPTIONS")}
-    env["DJANGO_SETTINGS_MODULE"] = "operator_project.settings"
+    env["DJANGO_SETTINGS_MODULE"] = module
     proc = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
