@@ -119,21 +119,28 @@ def _database_timeouts(options: dict) -> dict:
     connection and ``tcp_user_timeout`` one that stops acknowledging a statement, both in
     ``DATABASE_DEAD_PEER_TIMEOUT``; ``statement_timeout`` ends a statement stuck on the server
     (behind a lock). ``migrate`` may rewrite a large table: it gets its own bound, none unless
-    ``DATABASE_MIGRATE_STATEMENT_TIMEOUT`` says. A pooler that refuses the ``options`` startup
-    parameter (PgBouncer) needs ``DATABASE_STATEMENT_TIMEOUT=0`` and the bound set on its side.
+    ``DATABASE_MIGRATE_STATEMENT_TIMEOUT`` says, but waits for a lock no longer than a statement
+    may run (``lock_timeout``) - a migration queued for a table's lock would hold every
+    statement on that table queued behind it. A pooler that refuses the ``options`` startup
+    parameter (PgBouncer) needs ``DATABASE_STATEMENT_TIMEOUT=0`` and the bound set on its side
+    (and ``reconcilers.W002`` silenced: the system check cannot see it there).
     """
     dead_peer = env_float("DATABASE_DEAD_PEER_TIMEOUT", 30.0)
     statement = env_float("DATABASE_STATEMENT_TIMEOUT", 60.0)
+    lock = 0.0
     if sys.argv[1:2] == ["migrate"]:  # manage.py migrate, django-admin migrate
-        statement = env_float("DATABASE_MIGRATE_STATEMENT_TIMEOUT", 0.0)
+        statement, lock = env_float("DATABASE_MIGRATE_STATEMENT_TIMEOUT", 0.0), statement
     bounded = {"connect_timeout": max(2, env_int("DATABASE_CONNECT_TIMEOUT", 5))}
     if dead_peer > 0:
         bounded.update(keepalives=1, keepalives_idle=max(1, round(dead_peer / 3)),
                        keepalives_interval=max(1, round(dead_peer / 6)), keepalives_count=4,
                        tcp_user_timeout=round(dead_peer * 1000))
-    if statement > 0 and "statement_timeout" not in options.get("options", ""):
-        extra = f"-c statement_timeout={round(statement * 1000)}"
-        bounded["options"] = f"{options['options']} {extra}" if options.get("options") else extra
+    given = options.get("options", "")
+    extra = " ".join(f"-c {name}={round(seconds * 1000)}"
+                     for name, seconds in (("statement_timeout", statement), ("lock_timeout", lock))
+                     if seconds > 0 and name not in given)
+    if extra:
+        bounded["options"] = f"{given} {extra}" if given else extra
     return {**options, **{k: v for k, v in bounded.items() if k == "options" or k not in options}}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reconcilers._queue.checks import check_retry_delays
 
 
@@ -77,3 +79,100 @@ def test_a_rate_limit_that_is_not_a_celery_rate_is_refused(monkeypatch):
     monkeypatch.setattr(cls, "shared_rate_limit", "ten a second")
     monkeypatch.setattr(cls, "rate_limit", "0/s")
     assert [e.id for e in check_reconcilers(None)] == ["reconcilers.E011"] * 2
+
+
+# The checks read DATABASES as settings; no connection is made from the overridden entries.
+_OVERRIDES_DATABASES = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+
+
+def _timeout_warnings(settings, **database) -> list:
+    """The warnings about database timeouts a project with this default database gets."""
+    from django.core.checks import run_checks
+
+    settings.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
+                                      "NAME": "operator", "HOST": "db.example.com",
+                                      **database}}
+    return [w for w in run_checks(tags=["reconcilers"]) if w.id == "reconcilers.W002"]
+
+
+@_OVERRIDES_DATABASES
+def test_a_project_whose_database_has_no_timeouts_is_warned(settings, monkeypatch):
+    """A user's project that forgets the timeouts the demo project sets lets a frozen or
+    black-holed PostgreSQL hold a run, the reaper or a leader's step-down for ever (or for
+    the kernel's 15 minutes): ``manage.py check`` says so, naming what is missing."""
+    for name in ("PGCONNECT_TIMEOUT", "PGOPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    (warning,) = _timeout_warnings(settings)
+    assert "'default'" in warning.msg
+    for missing in ("connect_timeout", "statement_timeout", "lock_timeout", "tcp_user_timeout"):
+        assert missing in warning.msg, warning.msg
+    # A bound of 0 is none, in libpq as in PostgreSQL.
+    (warning,) = _timeout_warnings(settings, OPTIONS={
+        "connect_timeout": 0, "options": "-c statement_timeout=0", "tcp_user_timeout": 30000})
+    assert "connect_timeout" in warning.msg and "statement_timeout" in warning.msg
+    assert "tcp_user_timeout" not in warning.msg
+
+
+@_OVERRIDES_DATABASES
+def test_a_project_whose_database_bounds_every_wait_passes(settings, monkeypatch):
+    for name in ("PGCONNECT_TIMEOUT", "PGOPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    assert _timeout_warnings(settings, OPTIONS={
+        "connect_timeout": 5, "tcp_user_timeout": 30000,
+        "options": "-c statement_timeout=60000"}) == []
+    assert _timeout_warnings(settings, OPTIONS={  # a lock bound alone will do, keepalives too
+        "connect_timeout": "5", "keepalives_idle": 10, "options": "--lock_timeout=10s"}) == []
+    # libpq's environment counts as well, and a Unix socket has no silent peer to notice.
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "5")
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=10s")
+    assert _timeout_warnings(settings, HOST="/var/run/postgresql") == []
+
+
+@_OVERRIDES_DATABASES
+def test_a_database_the_ledgers_models_are_routed_to_is_checked_too(settings, monkeypatch):
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    bounded = {"ENGINE": "django.db.backends.postgresql", "NAME": "operator",
+               "HOST": "db.example.com", "OPTIONS": {
+                   "connect_timeout": 5, "tcp_user_timeout": 30000,
+                   "options": "-c statement_timeout=60000"}}
+    settings.DATABASES = {"default": bounded, "ledger": {**bounded, "OPTIONS": {}}}
+    settings.DATABASE_ROUTERS = ["tests.test_checks.LedgerRouter"]
+    from django.core.checks import run_checks
+
+    warnings = [w for w in run_checks(tags=["reconcilers"]) if w.id == "reconcilers.W002"]
+    assert [("'ledger'" in w.msg) for w in warnings] == [True]
+
+
+class LedgerRouter:
+    """Sends the reconcilers app's tables to a database of their own."""
+
+    def db_for_read(self, model, **hints):
+        return "ledger" if model._meta.app_label == "reconcilers" else None
+
+    db_for_write = db_for_read
+
+
+@pytest.mark.parametrize("module", ["operator_project.settings", "tests.settings",
+                                    "tests.routedproject.settings"])
+@pytest.mark.parametrize("argv", [["manage.py", "check"], ["manage.py", "migrate"]])
+def test_the_projects_own_settings_bound_every_wait(module, argv):
+    """The demo project's settings (and the tests' built on them) pass, ``migrate`` too: it
+    has no statement bound (a migration may rewrite a large table) but waits for a lock no
+    longer than a statement may run."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    code = (f"import sys; sys.argv = {argv!r}\n"
+            "import django; django.setup()\n"
+            "from django.core.checks import run_checks\n"
+            "print([w.id for w in run_checks(tags=['reconcilers'])])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PGCONNECT_TIMEOUT", "PGOPTIONS")}
+    env["DJANGO_SETTINGS_MODULE"] = module
+    proc = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "reconcilers.W002" not in proc.stdout, proc.stdout

@@ -387,6 +387,24 @@ def test_rows_of_objects_long_gone_are_forgotten_but_live_ones_stay():
     assert process(key("gone"), again.token) is None
 
 
+
+def test_forgetting_a_scope_drops_its_reconcilers_waiting_keys_there_and_nothing_else():
+    """``scopes`` forgets the keys of namespaces nobody watches any more: not a running key
+    (its run ends first), not another reconciler's, not a kept namespace's."""
+    other = Key("others.test.operator.local", "gone", "x")
+    for k in (key("a", "gone"), key("b", "gone"), key("c", "kept"), key("d", "elsewhere"),
+              other):
+        ledger.enqueue([k], "added")
+    (running,) = ledger.enqueue([key("r", "gone")], "added")
+    assert ledger.claim(running.key, running.token, "w", LEASE) is not None
+
+    assert ledger.forget_in(R, ["gone"]) == 2
+    assert sorted(WorkItem.objects.values_list("namespace", "name")) == [
+        ("elsewhere", "d"), ("gone", "r"), ("gone", "x"), ("kept", "c")]
+    assert ledger.forget_outside(R, ["kept"]) == 1  # "elsewhere"; "r" still runs
+    assert sorted(WorkItem.objects.values_list("namespace", "name")) == [
+        ("gone", "r"), ("gone", "x"), ("kept", "c")]
+
 def _prepared() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")

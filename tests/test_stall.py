@@ -4,14 +4,14 @@ whose liveness probe fails is restarted, as an orchestrator would)."""
 
 from __future__ import annotations
 
-from reconcilers._run.stall import overdue, stalled
+from reconcilers._run.stall import Sightings, overdue, stalled
 
 AFTER = 60.0
 
 
 def _judge(**overrides):
-    facts = {"now": 1000.0, "last_received": 900.0, "running": 0, "oldest_sent": 5000.0,
-             "wall_now": 5100.0, "stalled_after": AFTER}
+    facts = {"now": 1000.0, "last_received": 900.0, "running": 0, "waited": 100.0,
+             "stalled_after": AFTER}
     return stalled(**{**facts, **overrides})
 
 
@@ -29,12 +29,28 @@ def test_a_worker_that_received_a_message_lately_is_not_stalled():
 
 
 def test_a_message_that_has_not_waited_long_is_no_stall():
-    assert _judge(oldest_sent=5090.0) is None
+    assert _judge(waited=10.0) is None
 
 
-def test_a_worker_that_cannot_tell_how_long_a_message_waited_is_not_stalled():
-    """No list to look into, the broker down, or a message the ledger did not send."""
-    assert _judge(oldest_sent=None) is None
+def test_a_worker_with_no_message_waiting_is_not_stalled():
+    assert _judge(waited=None) is None
+
+
+def test_a_message_waits_from_when_it_was_first_seen_next_in_its_queue():
+    """Timed on this worker's own clock, whatever the send time it carries says."""
+    seen = Sightings()
+    assert seen.waited({"celery": b"m1", "slow": None}, now=500.0) == 0.0
+    assert seen.waited({"celery": b"m1", "slow": None}, now=530.0) == 30.0
+    # m1 was taken; m2, next now, counts from here - as would m1 sent again (a new body).
+    assert seen.waited({"celery": b"m2", "slow": None}, now=540.0) == 0.0
+    assert seen.waited({"celery": b"m2", "slow": b"s1"}, now=560.0) == 20.0  # the longest
+
+
+def test_an_emptied_queue_forgets_its_message():
+    seen = Sightings()
+    seen.waited({"celery": b"m1"}, now=500.0)
+    assert seen.waited({"celery": None}, now=510.0) is None
+    assert seen.waited({"celery": b"m1"}, now=520.0) == 0.0
 
 
 def test_the_check_can_be_turned_off():

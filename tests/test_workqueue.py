@@ -3,6 +3,9 @@ is replaced by a recorder, so these tests see exactly what would be published)."
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from django.db import transaction
 
@@ -177,3 +180,39 @@ def test_a_shared_message_the_broker_refused_leaves_every_key_it_carried_to_the_
     assert workqueue.add(keys(*"abc"), "added") == 3  # queued in the ledger all the same
     assert "and 2 more" in caplog.text and "the reaper will retry" in caplog.text
     assert WorkItem.objects.filter(state="queued").count() == 3
+
+
+@pytest.mark.parametrize("forget", ["in", "outside"])
+def test_forgetting_a_scopes_keys_never_deadlocks_with_an_enqueue_and_forgets_them(
+        forget, sent):
+    """A deployment that stopped watching a namespace forgets its keys (``scopes``) while the
+    watcher, a manual action or a finished run may be enqueueing the same keys - in the
+    ledger's lock order, the key's. The forgetting must take them in that order too: taken in
+    the order the rows lie on disk (created "z..." first), it would hold "z..." while an
+    enqueue holding "a..." waited for it, and PostgreSQL would end one of them."""
+    from .test_ledger import _race
+
+    created_first, created_next = Key(KEY.reconciler, "gone", "z-made-first"), \
+        Key(KEY.reconciler, "gone", "a-made-next")
+    kept = Key(KEY.reconciler, "kept", "stays")
+    for k in (created_first, created_next, kept):
+        workqueue.add([k], "added")
+    holds_first = threading.Event()
+
+    def enqueue_in_key_order() -> None:
+        with transaction.atomic():
+            workqueue.add([created_next], "modified")
+            holds_first.set()
+            time.sleep(0.3)  # the forgetting runs meanwhile
+            workqueue.add([created_first], "modified")
+
+    def forget_meanwhile() -> None:
+        assert holds_first.wait(5)
+        time.sleep(0.05)
+        if forget == "in":
+            workqueue.forget_in(KEY.reconciler, ["gone"])
+        else:
+            workqueue.forget_outside({KEY.reconciler: {"kept"}})
+
+    assert _race(enqueue_in_key_order, forget_meanwhile) == []
+    assert list(WorkItem.objects.values_list("namespace", flat=True)) == ["kept"]

@@ -40,8 +40,10 @@ class Settings:
     redispatch_after: float = _s(60.0, "A queued key whose message left its queue this many "
                                        "seconds ago (judged by the oldest message still "
                                        "waiting) without starting a run is sent again.")
-    worker_stalled_after: float = _s(120.0, "A worker whose queues hold a message older "
-                                            "than this, that received none for as long and "
+    worker_stalled_after: float = _s(120.0, "A worker in whose queues a message has waited "
+                                            "next longer than this (timed on the worker's "
+                                            "own clock from when it first saw it there), "
+                                            "that received none for as long and "
                                             "runs nothing that can still end (a task past "
                                             "its hard limit by this much is stuck, not "
                                             "busy), answers its liveness probe "

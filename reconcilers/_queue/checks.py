@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from django.conf import settings as django_settings
 from django.core.checks import Error, Warning, register
 
@@ -57,6 +60,71 @@ def check_services(app_configs, **kwargs):
             hint="The work ledger relies on PostgreSQL (row locks, arrays, upserts).",
             id="reconcilers.E004"))
     return errors
+
+
+# A server parameter in libpq's ``options`` (``-c name=value``, ``--name=value``): a bound on
+# a statement is statement_timeout or lock_timeout, and 0 is none.
+_SERVER_BOUND = re.compile(r"(?:-c\s*|--)(?:statement_timeout|lock_timeout)\s*=\s*([0-9.]+)")
+
+
+def _positive(value) -> bool:
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _unbounded(database: dict) -> list[str]:
+    """The waits on PostgreSQL this database entry leaves without a bound: OPTIONS are libpq's
+    parameters, which its environment (``PGCONNECT_TIMEOUT``, ``PGOPTIONS``) stands in for."""
+    options = database.get("OPTIONS") or {}
+    missing = []
+    if not _positive(options.get("connect_timeout", os.environ.get("PGCONNECT_TIMEOUT"))):
+        missing.append("a connect (OPTIONS connect_timeout)")
+    server = f"{options.get('options', '')} {os.environ.get('PGOPTIONS', '')}"
+    if not any(_positive(v) for v in _SERVER_BOUND.findall(server)):
+        missing.append("a statement (statement_timeout or lock_timeout in OPTIONS options, "
+                       "e.g. '-c statement_timeout=60000')")
+    host = str(database.get("HOST") or "")
+    on_tcp = bool(host) and not host.startswith(("/", "@"))  # else a Unix socket
+    if on_tcp and not (_positive(options.get("tcp_user_timeout"))
+                       or _positive(options.get("keepalives_idle"))):
+        missing.append("a server gone silent (OPTIONS tcp_user_timeout, or keepalives_idle)")
+    return missing
+
+
+def _ledger_databases() -> list[str]:
+    """The ledger's statements run on the default database; the app's models (the admin,
+    history) wherever the project's routers send them."""
+    from django.db import router
+
+    from reconcilers.models import WorkItem
+
+    aliases = ["default", router.db_for_read(WorkItem), router.db_for_write(WorkItem)]
+    return list(dict.fromkeys(a for a in aliases if a))
+
+
+@register(TAG)
+def check_database_timeouts(app_configs, **kwargs):
+    """Every wait the ledger's database can hold a process in has a bound: without them a
+    frozen or black-holed PostgreSQL holds a run, the reaper and a leader's step-down for
+    ever, or for the kernel's TCP retransmission time (about 15 minutes)."""
+    warnings = []
+    for alias in _ledger_databases():
+        database = django_settings.DATABASES.get(alias) or {}
+        if "postgresql" not in database.get("ENGINE", ""):
+            continue  # not PostgreSQL: reconcilers.E004 says what matters more
+        missing = _unbounded(database)
+        if missing:
+            warnings.append(Warning(
+                f"the database {alias!r} bounds no wait for {'; nor for '.join(missing)}",
+                hint="A frozen or unreachable PostgreSQL would hold runs, the reaper and the "
+                     "leader's step-down: set these in DATABASES[...]['OPTIONS'] (see "
+                     "'Add it to your own Django project' in the docs). If the server or a "
+                     "pooler sets them instead, silence this check: SILENCED_SYSTEM_CHECKS = "
+                     "['reconcilers.W002'].",
+                id="reconcilers.W002"))
+    return warnings
 
 
 @register(TAG)

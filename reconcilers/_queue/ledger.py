@@ -524,6 +524,36 @@ def forget_gone(older_than: float) -> int:
         return cursor.rowcount
 
 
+_FORGET_SQL = f"""
+DELETE FROM {TABLE} WHERE id IN (
+    SELECT id FROM {TABLE}
+    WHERE reconciler = %(reconciler)s AND state <> 'running'
+      AND (namespace = ANY(%(namespaces)s::text[])) = %(inside)s
+    ORDER BY {LOCK_ORDER} FOR UPDATE)
+"""
+
+
+def forget_in(reconciler: str, namespaces: Iterable[str]) -> int:
+    """Delete ``reconciler``'s rows in ``namespaces``, except running ones (whose run ends
+    first). Locked in key order before they are deleted, as every statement that locks
+    several rows: a plain DELETE takes them in the order it finds them (on disk), and could
+    hold one while an enqueue of the same keys held another and waited for it."""
+    return _forget(reconciler, namespaces, inside=True)
+
+
+def forget_outside(reconciler: str, namespaces: Iterable[str]) -> int:
+    """Delete ``reconciler``'s rows in every namespace but ``namespaces``, except running
+    ones; locked in key order, as ``forget_in``."""
+    return _forget(reconciler, namespaces, inside=False)
+
+
+def _forget(reconciler: str, namespaces: Iterable[str], inside: bool) -> int:
+    with _cursor() as cursor:
+        cursor.execute(_FORGET_SQL, {"reconciler": reconciler,
+                                     "namespaces": sorted(namespaces), "inside": inside})
+        return cursor.rowcount
+
+
 def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
     """Pause or resume keys. A paused key is never claimed; resuming sends what waited."""
     if not keys:

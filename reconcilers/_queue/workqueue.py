@@ -39,7 +39,6 @@ from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
 from reconcilers._queue.ledger import (Backlog, Claim, ClaimRequest, Dispatch, Finished,
                                        LeaseLost, Reaped, Row)
-from reconcilers.models import State, WorkItem
 from reconcilers._base.vocab import Key
 
 __all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "Finished", "LeaseLost", "Reaped",
@@ -219,21 +218,17 @@ def forget_outside(covered: dict[str, set[str] | None]) -> int:
     ends first; the next reap forgets it). A message still on its way then finds no row and
     is dropped as stale."""
     forgotten = 0
-    for reconciler, namespaces in covered.items():
-        if namespaces is None:
-            continue
-        forgotten += (WorkItem.objects.filter(reconciler=reconciler)
-                      .exclude(namespace__in=namespaces).exclude(state=State.RUNNING)
-                      .delete()[0])
+    for reconciler, namespaces in sorted(covered.items()):  # the ledger's lock order
+        if namespaces is not None:
+            forgotten += ledger.forget_outside(reconciler, namespaces)
     if forgotten:
         log.warning("forgot %d keys in namespaces no watcher covers any more", forgotten)
     return forgotten
 
 
-def forget_in(reconciler: str, namespaces: Iterable[str | None]) -> int:
+def forget_in(reconciler: str, namespaces: Iterable[str]) -> int:
     """Drop the rows of ``reconciler``'s keys in ``namespaces`` unless running (``scopes``)."""
-    forgotten = (WorkItem.objects.filter(reconciler=reconciler, namespace__in=list(namespaces))
-                 .exclude(state=State.RUNNING).delete()[0])
+    forgotten = ledger.forget_in(reconciler, namespaces)
     if forgotten:
         log.warning("forgot %d keys of %s in namespaces no longer watched", forgotten,
                     reconciler)

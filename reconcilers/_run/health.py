@@ -34,6 +34,8 @@ class WorkerProbes:
         self.last_received = time.monotonic()
         self._reading: threading.Thread | None = None
         self._unsure_why: str | None = None
+        self._sightings = stall.Sightings()  # the probes' threads and the watch share it
+        self._sighting = threading.Lock()
         # The queues it started to consume: a stalled consumer's own list is not to be trusted.
         self.queues = list(consumer.app.amqp.queues.consume_from or ()) or [
             broker.default_queue()]
@@ -64,10 +66,10 @@ class WorkerProbes:
             self._unsure("its queues could not be read in time", logging.WARNING)
             return None
         self._unsure(None)
-        sent = [t for t in (broker.sent_at(raw) for raw in oldest.values()) if t is not None]
+        with self._sighting:
+            waited = self._sightings.waited(oldest, time.monotonic())
         return stall.stalled(now=now, last_received=self.last_received, running=running,
-                             oldest_sent=min(sent) if sent else None, wall_now=time.time(),
-                             stalled_after=after)
+                             waited=waited, stalled_after=after)
 
     def _unsure(self, why: str | None, level: int = logging.INFO) -> None:
         """Log, once per change, why a worker that received nothing for a while is not judged

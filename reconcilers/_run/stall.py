@@ -5,11 +5,19 @@ nothing logged and the process alive (celery/celery#10302, open in the versions 
 pins): the ledger loses nothing - every key stays queued and the reaper keeps re-sending - but
 nothing runs until the worker restarts. So the worker's liveness (``/healthz``) reports it,
 and its orchestrator restarts it as for any hung process: a worker is stalled when a message
-in one of its queues has waited longer than ``RECONCILERS_WORKER_STALLED_AFTER``, it received
-none for as long, and it runs nothing now. A busy worker is never called stalled (it takes no
-message while its slots are full), nor one that cannot tell (the broker down, a broker that
-keeps no list to look into, a message without the ledger's send time): readiness reports an
-unreachable broker, and restarting a worker would not bring it back.
+has waited next in one of its queues longer than ``RECONCILERS_WORKER_STALLED_AFTER``, it
+received none for as long, and it runs nothing now. A busy worker is never called stalled (it
+takes no message while its slots are full), nor one that cannot tell (the broker down, a
+broker that keeps no list to look into): readiness reports an unreachable broker, and
+restarting a worker would not bring it back.
+
+Every time here is this process's monotonic clock. A message carries its send time by the
+database's clock (the ledger stamps it for the reaper, which compares it in SQL with the same
+clock), but this host's clock may be off from the database's by any amount: ahead, a message
+just sent would look long waiting and an idle worker stalled; behind, a stopped consumer would
+never be seen. So a message's wait is timed from when this worker first saw it next in line
+(``Sightings``): one that was already waiting when the worker went quiet is called stalled up
+to one bound later than its send time would say.
 
 A slot held past any end a task can have is not busy but stuck (``overdue``): neither pool
 lets a run go on past its hard limit (prefork ends the child, the thread pool abandons the
@@ -29,6 +37,7 @@ import logging
 import os
 import signal
 import time
+from typing import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +55,37 @@ def overdue(*, started: float | None, hard_limit: float | None, wall_now: float,
     return wall_now - started > (hard_limit or 0.0) + stalled_after
 
 
-def stalled(*, now: float, last_received: float, running: int, oldest_sent: float | None,
-            wall_now: float, stalled_after: float) -> str | None:
-    """Why this worker's consumer looks stalled, or ``None``. ``now``/``last_received`` are
-    this process's monotonic clock; ``oldest_sent`` is the ledger's send time (the database's
-    wall clock) of the oldest message waiting in the worker's queues, ``wall_now`` this
-    host's wall clock."""
-    if stalled_after <= 0 or running or oldest_sent is None:
+class Sightings:
+    """How long each queue's next message has been seen there, by this process's monotonic
+    clock. A message is known by its whole body (kombu's carries a delivery tag of its own),
+    so one sent again is a new message. Not thread-safe: its caller serialises ``waited``."""
+
+    def __init__(self) -> None:
+        # queue -> (the message next in it when last looked, when it was first seen there)
+        self._first: dict[str, tuple[bytes, float]] = {}
+
+    def waited(self, heads: Mapping[str, bytes | None], now: float) -> float | None:
+        """Note ``heads`` - each queue's next message (None: empty), read at ``now`` - and
+        return how long the one seen longest has waited; ``None`` when none waits."""
+        seen: dict[str, tuple[bytes, float]] = {}
+        for queue, raw in heads.items():
+            if raw is None:
+                continue
+            earlier = self._first.get(queue)
+            seen[queue] = earlier if earlier is not None and earlier[0] == raw else (raw, now)
+        self._first = seen
+        return max((now - first for _, first in seen.values()), default=None)
+
+
+def stalled(*, now: float, last_received: float, running: int, waited: float | None,
+            stalled_after: float) -> str | None:
+    """Why this worker's consumer looks stalled, or ``None``. All three times are this
+    process's monotonic clock: ``now``, when it last received a message, and how long the
+    message seen waiting longest in its queues has waited (``Sightings``; ``None``: none
+    waits)."""
+    if stalled_after <= 0 or running or waited is None:
         return None
     quiet = now - last_received
-    waited = wall_now - oldest_sent
     if quiet < stalled_after or waited < stalled_after:
         return None
     return (f"a message has waited {waited:.0f} s in this worker's queues and none reached "
