@@ -408,7 +408,15 @@ class Context:
         conflict otherwise, retried like any error) - what controllers usually want for the
         fields they own; see the README. Raises ``NotOwnedError`` for a same-named object
         another controller (or nobody) controls. One PATCH per call: the api-server writes
-        nothing when nothing changed."""
+        nothing when nothing changed.
+
+        An apply is declarative and needs no resourceVersion, yet this one carries the
+        child's as read (and its uid): it is the only way the api-server can refuse the
+        apply of a run stopped after its fence check, once a run that took its key over
+        wrote the child. A run that holds its key never fails for it - refused for a change
+        made since its read, it reads again and applies once more (``_as_read``), so the
+        apply means what it meant without the condition, at the cost of a read and a second
+        PATCH when someone wrote in between."""
         desired, gvr, existing = self._child(desired, plural)
         meta = desired["metadata"]
         path = gvr.path(meta.get("namespace"), meta["name"])
