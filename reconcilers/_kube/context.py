@@ -5,13 +5,29 @@ otherwise from the api-server. Writes go to the api-server and carry the resourc
 so a write based on a stale copy fails with 409 Conflict and the key is retried - client-go's
 "read from the cache, write to the api-server". Nothing here mutates a cached object.
 
-Every write ``ctx`` makes is fenced by the run's hold on its key (``fence``): refused once the
-run's lease may have passed, and otherwise bounded by what is left of it - the call's own
-timeout, and the api-server's (its ``timeout`` parameter), so neither waits past the lease. A
-write already sent when the lease ends may still be applied by the api-server (its storage
-write was under way), so the fence narrows the overlap with a successor's run to that,
-not to nothing. Writes a reconciler makes past ``ctx`` (its own client, ``ctx.api``
-directly) are not fenced at all: make them through ``ctx.request``.
+Every write ``ctx`` makes is fenced by the run's hold on its key (``fence``), twice:
+
+- Before it is sent, the claim is checked: refused once the run was abandoned (its key
+  released for a retry) or its lease may have passed, and otherwise bounded by what is left
+  of the lease - the call's own timeout, and the api-server's (its ``timeout`` parameter), so
+  neither waits past it.
+- A write based on a copy the run read carries that copy's resourceVersion, and the
+  api-server refuses it (409) if the object changed since: the status and finalizer patches,
+  ``adopt``, ``create_or_update``'s patch, ``apply`` of a child that exists (its uid and
+  resourceVersion in the applied body) and ``delete`` (the same, as preconditions). So a
+  run stopped between its check and its write - a paused process, a request held in the
+  network, an abandoned thread's write in flight - cannot overwrite what a run that took its
+  key over wrote. ``apply`` and ``delete`` go once more on a fresh read when refused so,
+  through the check again (``_as_read``): a run that holds its key writes as before, one
+  that does not is refused.
+
+Left with the check alone: a create (POST: the api-server refuses one whose name exists, the
+only condition a create can have), ``apply`` of a child that did not exist when read,
+``patch`` without a ``metadata.resourceVersion`` in its body, ``request`` without one of the
+api-server's preconditions, and Events (a record of what happened, not state). A write sent
+before the claim ended may still land after it, on an object no successor wrote since it was
+read. Writes a reconciler makes past ``ctx`` (its own client, ``ctx.api`` directly) are not
+fenced at all: make them through ``ctx.request``.
 """
 
 from __future__ import annotations
@@ -73,6 +89,28 @@ def fence_until(check: Callable[[], None], held_until: float) -> Fence:
         return max(left, 0.001)
 
     return fence
+
+
+def _as_of(desired: dict, seen: Mapping | None) -> dict:
+    """A server-side apply body conditional on ``seen``: its uid and resourceVersion in the
+    body make the api-server refuse the apply (409) if the object changed since, or was
+    deleted (else the apply would make it again). Without ``seen`` (the object did not exist
+    when read) the apply is unconditional: Kubernetes has no precondition "does not exist
+    yet" for an apply."""
+    meta = (seen or {}).get("metadata") or {}
+    condition = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+    return {**desired, "metadata": {**desired["metadata"], **condition}} if condition \
+        else desired
+
+
+def _delete_options(seen: Mapping | None) -> dict | None:
+    """DeleteOptions whose preconditions are ``seen``'s uid and resourceVersion (None: an
+    unconditional delete, for an object the run did not read)."""
+    meta = (seen or {}).get("metadata") or {}
+    preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+    if not preconditions:
+        return None
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
 
 
 def _within(timeout: float | tuple[float, float], left: float) -> tuple[float, float]:
@@ -370,16 +408,29 @@ class Context:
         conflict otherwise, retried like any error) - what controllers usually want for the
         fields they own; see the README. Raises ``NotOwnedError`` for a same-named object
         another controller (or nobody) controls. One PATCH per call: the api-server writes
-        nothing when nothing changed."""
+        nothing when nothing changed.
+
+        An apply is declarative and needs no resourceVersion, yet this one carries the
+        child's as read (and its uid): it is the only way the api-server can refuse the
+        apply of a run stopped after its fence check, once a run that took its key over
+        wrote the child. A run that holds its key never fails for it - refused for a change
+        made since its read, it reads again and applies once more (``_as_read``), so the
+        apply means what it meant without the condition, at the cost of a read and a second
+        PATCH when someone wrote in between."""
         desired, gvr, existing = self._child(desired, plural)
         meta = desired["metadata"]
-        if existing is not None:
-            self._check_owned(existing, desired)
+        path = gvr.path(meta.get("namespace"), meta["name"])
         query = {"fieldManager": self.key.reconciler[:128]}
         if force:
             query["force"] = "true"
-        applied = self._write("PATCH", gvr.path(meta.get("namespace"), meta["name"]), desired,
-                              query=query, content_type=kube.APPLY_PATCH)
+
+        def send(seen: dict | None) -> dict:
+            if seen is not None:
+                self._check_owned(seen, desired)
+            return self._write("PATCH", path, _as_of(desired, seen), query=query,
+                               content_type=kube.APPLY_PATCH)
+
+        applied, existing = self._as_read(send, existing, path)
         before = ((existing or {}).get("metadata") or {}).get("resourceVersion")
         if applied["metadata"].get("resourceVersion") != before:
             self._changed(applied)
@@ -392,16 +443,48 @@ class Context:
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                plural: str | None = None) -> bool:
-        """Delete an object (e.g. a child no longer wanted); False when it was already gone."""
+        """Delete an object (e.g. a child no longer wanted); False when it was already gone.
+
+        Conditional on the copy this run reads of it (its uid and resourceVersion, as
+        ``_as_read`` says): a same-named successor, or a change made since by a run that took
+        the key over, is never deleted by this run."""
         gvr = self.lister.resource(api_version, kind, plural)
         ns = namespace if namespace is not None else self.key.namespace
+        path = gvr.path(ns if gvr.namespaced else None, name)
+
+        def send(seen: dict | None) -> dict:
+            return self._write("DELETE", path, _delete_options(seen))
+
         try:
-            self._write("DELETE", gvr.path(ns if gvr.namespaced else None, name), None)
+            self._as_read(send, self.get(api_version, kind, name, ns, plural), path)
         except kube.ApiError as e:
             if e.gone:
                 return False
             raise
         return True
+
+    def _as_read(self, send: Callable[[dict | None], dict], seen: dict | None,
+                 path: str) -> tuple[dict, dict | None]:
+        """``send(seen)``: a write conditional on ``seen``, the copy of the object the run
+        read (None: it read none, and the write is not conditional). What it returns, and the
+        copy it was finally conditional on.
+
+        The condition is the api-server's own (the copy's resourceVersion): the fence's check
+        comes before the write is sent, and a run paused between the two - a stopped process,
+        a request held in the network, an abandoned thread's write already in flight - must
+        not land after a run that took its key over wrote the object. A write refused
+        because the object changed since it was read goes once more, on a fresh read from
+        the api-server, and that second write passes the fence first: a run that still holds
+        its key writes as it would have without the condition (a cache a moment behind, or
+        another writer in between, costs a read and a write, not a retry of the run), and one
+        that no longer holds it is refused there."""
+        try:
+            return send(seen), seen
+        except kube.ApiError as e:
+            if seen is None or not e.changed_since_read:
+                raise
+        fresh = kube.get_or_none(self.api, path)
+        return send(fresh), fresh
 
     def patch(self, api_version: str, kind: str, name: str, body: dict,
               namespace: str | None = None, plural: str | None = None) -> dict:

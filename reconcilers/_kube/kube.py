@@ -166,6 +166,19 @@ class ApiError(ApiException):
         return self.status == 409
 
     @property
+    def changed_since_read(self) -> bool:
+        """A write's precondition failed: the object's resourceVersion (or uid) is no longer
+        the one the write was conditional on. Not an apply's conflict with another field
+        manager, nor a create's "already exists" - both 409 too."""
+        if self.status != 409 or self.reason != "Conflict":
+            return False
+        try:
+            causes = (json.loads(self.body or "{}").get("details") or {}).get("causes") or []
+        except (ValueError, AttributeError):
+            causes = []
+        return not any(c.get("reason") == "FieldManagerConflict" for c in causes)
+
+    @property
     def temporary(self) -> bool:
         """Worth retrying with backoff: no answer, a timeout, a conflict, throttling, a server
         error - and 401/403, which a restarted api-server answers for a moment before its

@@ -341,8 +341,12 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
                        fence=fence_until(claim.check_held, claim.held_until),
                        triggers=claim.triggers)
     if claim.released.is_set():  # abandoned: its record is written, its key released
-        log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped",
-                    key, time.perf_counter() - t0)
+        # What it ended with is said here, the one place it shows: a write its fence refused
+        # (LeaseLost) is how such a run usually ends.
+        ended = f" (it ended with {type(done.error).__name__}: {done.error})" \
+            if done.error is not None else ""
+        log.warning("%s: an abandoned run returned after %.1f s; its outcome is dropped%s",
+                    key, time.perf_counter() - t0, ended)
         return RunReport(dropped=True)
     decision, seen = done.decision, done.seen
     if decision.trigger == Trigger.RETRY and _only_timers(claim.triggers):

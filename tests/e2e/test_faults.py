@@ -108,6 +108,61 @@ def test_a_thread_pool_run_blocked_past_its_hard_limit_is_abandoned_not_fatal(
     assert_no_overlapping_runs(DEADLINE)
 
 
+def test_an_abandoned_run_that_wakes_while_its_lease_still_runs_writes_nothing(
+        kube, operator, redis_client, stack):
+    """The window only the abandonment closes: a thread-pool run abandoned at its hard limit
+    (4 s) still has a second of lease on its key (held until 5 s), and its retry starts
+    inside it (backoff 0.05 s). Woken there, each kind of write it tries - server-side apply,
+    create, a raw POST, an unconditional merge patch, a delete, an Event, none conditional on
+    what it read - is refused before it is sent, because its key was released; the worker's
+    log says why it stopped, and the api-server's audit log shows none of those writes."""
+    from kubernetes import client
+
+    from reconcilers.devstack import controlplane
+    from soak import audit
+
+    assert controlplane.audit_enabled(stack), "the api-server runs without its audit log"
+    operator.start_watcher(DEADLINE)
+    worker = operator.start_worker(pool="threads", concurrency=2)
+    core = client.CoreV1Api(kube)
+    ns, name = operator.namespace, "lingering"
+    core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-kept"},
+                                           "data": {"from": "the test"}})
+    create(kube, ns, name, group=GROUP, value=1, lingerWrites=True)
+
+    wait_for(lambda: _abandoned(name), 30, "the abandoned run's record")
+    wait_for(lambda: redis_client.llen(f"probe:started:{name}") >= 2, 30, "its retry to start")
+    redis_client.set(f"probe:wake:{name}", 1)
+    tried = wait_for(lambda: [t.decode() for t in redis_client.lrange(
+        f"probe:lingered:{name}", 0, -1)] if redis_client.llen(f"probe:lingered:{name}") == 6
+        else None, 30, "the abandoned run to try its writes")
+    for line in tried:
+        assert "LeaseLost" in line and "abandoned past its deadline" in line, tried
+    wait_for(lambda: "an abandoned run returned" in worker.log(), 30, "the stuck run to end")
+    assert re.search(r"an abandoned run returned .*LeaseLost: .*abandoned past its deadline",
+                     worker.log()), worker.log()[-3000:]
+
+    # Independent evidence: the objects, the Events, and the api-server's own audit log (read
+    # up to a write of the test's made after the abandoned run's, so none can still come).
+    assert core.read_namespaced_config_map(f"{name}-kept", ns).data == {"from": "the test"}
+    for gone in ("applied", "created", "posted"):
+        with pytest.raises(client.ApiException) as missing:
+            core.read_namespaced_config_map(f"{name}-{gone}", ns)
+        assert missing.value.status == 404
+    events = client.EventsV1Api(kube).list_namespaced_event(ns).items
+    assert [e for e in events if e.reason == "Stale"] == []
+    core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-marker"}})
+    written = wait_for(lambda: (found := audit.read(stack.audit_log, ns)) and any(
+        w.name == f"{name}-marker" for w in found) and found, 30,
+        "the test's own write in the audit log")
+    by_operator = [f"{w.verb} {w.name} {w.code} by {w.agent}" for w in written
+                   if w.resource == "configmaps" and w.name.startswith(name)
+                   and w.agent.startswith("django-crd-operator")]
+    assert by_operator == []
+    assert worker.popen.poll() is None, worker.log()[-3000:]
+    assert_no_overlapping_runs(DEADLINE)
+
+
 def test_a_thread_pool_worker_with_too_many_stuck_threads_drains_and_exits(kube, operator):
     operator.env["RECONCILERS_ABANDONED_RUNS_MAX"] = "1"
     operator.start_watcher(DEADLINE)

@@ -8,6 +8,8 @@ spec.permanent    every run raises PermanentError
 spec.requeueAfter the first run returns Result.after(seconds)
 spec.temporaryDelay  the first run raises TemporaryError(delay=seconds)
 spec.finalize     the Probe carries a finalizer; cleanup is counted in Redis
+spec.lingerWrites (``probes.deadline``) the first run ignores its deadline until the test wakes
+                  it (``probe:wake:<name>`` in Redis), then tries one write of each kind
 
 ``probes.configured.operator.local`` reads its value from the ConfigMap ``<name>-config``
 (a related object: ``Watches`` maps its changes to the Probe) and counts the ConfigMaps of the
@@ -97,6 +99,8 @@ class DeadlineProbeReconciler(ProbeReconciler):
 
     def reconcile(self, obj: dict, ctx):
         get_redis().rpush(f"probe:started:{obj['metadata']['name']}", time.time())
+        if (obj.get("spec") or {}).get("lingerWrites") and _count(obj, "lingered") == 1:
+            return _linger_then_write(obj, ctx)
         if (obj.get("spec") or {}).get("stubborn"):
             end = time.monotonic() + 60
             while time.monotonic() < end:
@@ -105,6 +109,43 @@ class DeadlineProbeReconciler(ProbeReconciler):
                 except BaseException:  # noqa: BLE001 - the point: it ignores the deadline
                     pass
         return super().reconcile(obj, ctx)
+
+
+def _linger_then_write(obj: dict, ctx) -> None:
+    """Ignore the deadline (as ``stubborn``) until the test says ``probe:wake:<name>`` - once
+    this run was abandoned and its retry started - then try one write of each kind ``ctx``
+    makes, none conditional on what this run read. What each met goes to
+    ``probe:lingered:<name>``; the first refusal is raised, as a run that stops there would."""
+    name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            if get_redis().get(f"probe:wake:{name}"):
+                break
+            time.sleep(0.02)
+        except BaseException:  # noqa: BLE001 - the point: it ignores the deadline
+            pass
+    stale = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"from": "the abandoned run"}}
+    writes = [
+        ("apply", lambda: ctx.apply({**stale, "metadata": {"name": f"{name}-applied"}})),
+        ("create", lambda: ctx.create_or_update({**stale,
+                                                 "metadata": {"name": f"{name}-created"}})),
+        ("post", lambda: ctx.request("POST", f"/api/v1/namespaces/{ns}/configmaps",
+                                     {**stale, "metadata": {"name": f"{name}-posted"}})),
+        ("patch", lambda: ctx.patch("v1", "ConfigMap", f"{name}-kept", {"data": stale["data"]})),
+        ("delete", lambda: ctx.delete("v1", "ConfigMap", f"{name}-kept")),
+        ("event", lambda: ctx.event("Warning", "Stale", "written by an abandoned run")),
+    ]
+    refused = []
+    for what, write in writes:
+        try:
+            write()
+            get_redis().rpush(f"probe:lingered:{name}", f"{what} written")
+        except Exception as exc:  # noqa: BLE001 - each kind of write is tried
+            refused.append(exc)
+            get_redis().rpush(f"probe:lingered:{name}", f"{what} {type(exc).__name__}: {exc}")
+    if refused:
+        raise refused[0]
 
 
 @register
