@@ -3,8 +3,14 @@ captured - on the real api-server, PostgreSQL and Redis."""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+import uuid
+
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from kubernetes import client
 
 from reconcilers._run import replay
@@ -79,6 +85,99 @@ def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
     exec(compile(source, "test_regression.py", "exec"), module)
     assert replay.replay_inputs(module["INPUTS"], registry=fixed).outcome == "success"
     assert replay.replay_inputs(module["INPUTS"], registry=buggy).outcome == "error"
+
+
+def _copier(fixed: bool):
+    """Reads the Secret ``credentials`` and lists the Secrets, copies its data into a Secret
+    of its own, then - unless ``fixed`` - fails on the optional key ``token``."""
+
+    class Copier(Reconciler):
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            data = dict(ctx.get("v1", "Secret", "credentials")["data"])
+            listed = ctx.list("v1", "Secret")
+            ctx.create_or_update({"apiVersion": "v1", "kind": "Secret",
+                                  "metadata": {"name": f"{obj['metadata']['name']}-copy"},
+                                  "data": data})
+            if not fixed and "token" not in data:  # the bug: the token is optional
+                raise RuntimeError("the credentials have no 'token'")
+            ctx.patch_status({"value": len(listed)})
+
+    Copier.__name__ = "Copier"
+    return Copier
+
+
+def _failed_run_that_read_a_secret(kube, namespace) -> tuple[int, list[str]]:
+    """A failed run of ``_copier`` on a Secret created as ``kubectl apply`` leaves it (its
+    last-applied annotation carries the data too): its record and the forms its value
+    takes (as written, in base64)."""
+    value = f"hunter2-{uuid.uuid4().hex}"
+    encoded = base64.b64encode(value.encode()).decode()
+    applied = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials"},
+               "stringData": {"password": value}}
+    client.CoreV1Api(kube).create_namespaced_secret(namespace, {
+        "metadata": {"name": "credentials", "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied)}},
+        "data": {"password": encoded}})
+    buggy = Registry()
+    register(registry=buggy)(_copier(fixed=False))
+    report = run_once(buggy, "p", namespace, _copier(False).name())
+    record = ReconcileRecord.objects.get(pk=report.record_id)
+    assert record.outcome == "error" and "no 'token'" in record.error_message
+    return record.pk, [value, encoded]
+
+
+def test_a_failed_run_that_read_a_secret_keeps_its_keys_never_its_values(
+        kube, probe, namespace, redis_client, settings):  # noqa: F811
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    record_id, forms = _failed_run_that_read_a_secret(kube, namespace)
+
+    # What is at rest: the columns as PostgreSQL holds them.
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT obj::text, reads::text, writes::text "
+                       f"FROM {RunInputs._meta.db_table} WHERE record_id = %s", [record_id])
+        stored = " ".join(cursor.fetchone())
+    assert [form for form in forms if form in stored] == []
+
+    # The keys are kept, each value replaced by the marker; the rest of each object as read.
+    kept = RunInputs.objects.get(record_id=record_id)
+    (got,) = [r for r in kept.reads if r["read"] == "get" and r["args"][2] == "credentials"]
+    (listed,) = [r for r in kept.reads if r["read"] == "list"]
+    assert got["result"]["data"] == {"password": "<redacted>"}
+    annotations = got["result"]["metadata"]["annotations"]
+    assert annotations["kubectl.kubernetes.io/last-applied-configuration"] == "<redacted>"
+    assert got["result"]["metadata"]["name"] == "credentials"
+    (item,) = [s for s in listed["result"] if s["metadata"]["name"] == "credentials"]
+    assert item["data"] == {"password": "<redacted>"}
+    (written,) = kept.writes
+    assert written["method"] == "POST" and written["path"].endswith("/secrets")
+    assert written["body"]["data"] == {"password": "<redacted>"}
+    assert written["body"]["metadata"]["name"] == "p-copy"
+
+
+def test_a_regression_test_of_a_run_that_read_a_secret_holds_no_value_and_replays(
+        kube, probe, namespace, redis_client, settings):  # noqa: F811
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    record_id, forms = _failed_run_that_read_a_secret(kube, namespace)
+
+    out = io.StringIO()
+    call_command("replay", str(record_id), "--as-test", stdout=out)
+    source = out.getvalue()
+    assert [form for form in forms if form in source] == []
+    assert "'password': '<redacted>'" in source
+
+    # Code that reads the Secret's keys replays on them: the fix succeeds, the bug still fails.
+    fixed, buggy = Registry(), Registry()
+    register(registry=fixed)(_copier(fixed=True))
+    register(registry=buggy)(_copier(fixed=False))
+    module: dict = {}
+    exec(compile(source, "test_regression.py", "exec"), module)
+    run = replay.replay_inputs(module["INPUTS"], registry=fixed)
+    assert run.outcome == "success", run.error
+    assert run.writes[0]["body"]["data"] == {"password": "<redacted>"}
+    assert replay.replay_inputs(module["INPUTS"], registry=buggy).outcome == "error"
+    assert replay.replay(record_id, registry=fixed).outcome == "success"
 
 
 def test_successful_runs_keep_nothing_by_default_and_the_command_says_why(

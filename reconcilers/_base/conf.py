@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from reconcilers._base.environ import parse_bool, parse_float, parse_int
@@ -59,10 +60,16 @@ class Settings:
                                      "(seconds; 0 = never).")
     history_days: int = _s(14, "History older than this many days is pruned (0 = keep).")
     record_inputs: str = _s("failed", "Which runs keep their inputs - the object and every "
-                                      "read through ctx - and writes, for `manage.py replay`: "
-                                      "`failed` (error or permanent), `all`, or `off`.")
+                                      "read through ctx - and writes (a Secret's values "
+                                      "redacted), for `manage.py replay`: `failed` (error "
+                                      "or permanent), `all`, or `off`.")
     record_inputs_max_kb: int = _s(256, "Inputs larger than this many KiB are not kept (the "
                                         "run's history row says so).")
+    redact_kinds: str = _s("", "Kinds whose contents kept inputs never hold, besides Secrets "
+                               "(always redacted): comma-separated `apiVersion/Kind`, e.g. "
+                               "`v1/ConfigMap,example.com/v1/Database`. Of such an object "
+                               "only apiVersion, kind and metadata are kept; every other "
+                               "value becomes `<redacted>`, its keys kept.")
     history_per_key: int = _s(500, "At most this many history rows are kept per key "
                                    "(0 = no limit).")
     abandoned_runs_max: int = _s(4, "Thread-pool workers: a run still going at its hard "
@@ -114,6 +121,15 @@ class Settings:
                                     "manifests in (what `webhook manifests` prints with its "
                                     "defaults; `--check` fails when stale); empty: none.")
 
+    def __post_init__(self) -> None:
+        _kinds(self.redact_kinds)  # a malformed list fails the read, not a run's end
+
+    @property
+    def redacted_kinds(self) -> frozenset[tuple[str, str]]:
+        """``(apiVersion, kind)`` of the objects kept inputs hold no data of: core/v1 Secrets
+        always - they hold credentials - and those ``RECONCILERS_REDACT_KINDS`` names."""
+        return _kinds(self.redact_kinds) | {("v1", "Secret")}
+
     @classmethod
     def fields(cls) -> Iterator[dataclasses.Field]:
         return iter(dataclasses.fields(cls))
@@ -144,6 +160,19 @@ class Settings:
     @property
     def namespace_list(self) -> list[str]:
         return [n.strip() for n in self.namespaces.split(",") if n.strip()]
+
+
+def _kinds(text: str) -> frozenset[tuple[str, str]]:
+    """``apiVersion/Kind, ...`` as ``(apiVersion, kind)`` pairs."""
+    kinds = set()
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        api_version, _, kind = entry.rpartition("/")
+        if not api_version.strip("/") or not kind[:1].isupper():
+            raise ImproperlyConfigured(
+                f"RECONCILERS_REDACT_KINDS: {entry!r} is not apiVersion/Kind (e.g. "
+                f"v1/ConfigMap or example.com/v1/Database: the kind, not the plural)")
+        kinds.add((api_version, kind))
+    return frozenset(kinds)
 
 
 def process_setting(name: str, default: Any) -> Any:

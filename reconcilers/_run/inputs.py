@@ -1,6 +1,7 @@
 """What a run keeps of its inputs - the object as read, every read through ``ctx`` and its
 answer, the writes it made - for ``replay``: by default only failed runs
-(``RECONCILERS_RECORD_INPUTS``), bounded in size, pruned with history."""
+(``RECONCILERS_RECORD_INPUTS``), bounded in size, pruned with history, and never a Secret's
+data (``redaction``): they are stored, shown and written into tests meant for a repository."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from typing import Any
 
 from reconcilers._base.conf import settings
+from reconcilers._run.redaction import Redaction
 from reconcilers.models import Outcome, RunInputs
 
 log = logging.getLogger(__name__)
@@ -30,10 +32,13 @@ def wanted(outcome: str) -> bool:
 
 def keep(record_id: int, obj: Any, reads: list[dict], writes: list, triggers: list[str]
          ) -> bool:
-    """Store a run's inputs; False (and nothing stored) past ``RECONCILERS_RECORD_INPUTS_MAX_KB``
-    or when they are not JSON."""
+    """Store a run's inputs, redacted; False (and nothing stored) past
+    ``RECONCILERS_RECORD_INPUTS_MAX_KB`` or when they are not JSON."""
+    redaction = Redaction.configured()
     try:
-        document = json.dumps({"obj": obj, "reads": reads, "writes": writes_of(writes)},
+        document = json.dumps({"obj": redaction.object(obj),
+                               "reads": [redaction.read(r) for r in reads],
+                               "writes": [redaction.write(w) for w in writes_of(writes)]},
                               separators=(",", ":"), default=str)
     except (TypeError, ValueError) as exc:
         log.warning("run #%s: inputs not kept (%s)", record_id, exc)
