@@ -118,3 +118,33 @@ def test_a_kind_that_is_not_api_version_slash_kind_is_a_clear_error(settings, va
     settings.RECONCILERS_REDACT_KINDS = value
     with pytest.raises(ImproperlyConfigured, match="RECONCILERS_REDACT_KINDS"):
         conf()
+
+
+@pytest.mark.django_db
+def test_the_upgrade_redacts_secrets_in_inputs_kept_before_redaction():
+    """Inputs kept by an older release hold Secret data as read: the migration that comes with
+    redaction rewrites them, so no value stays at rest after the upgrade."""
+    import importlib
+
+    from django.apps import apps
+
+    from reconcilers.models import RunInputs
+
+    migration = importlib.import_module("reconcilers.migrations.0014_redact_kept_secrets")
+    plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+             "data": {"k": "v"}}
+    kept = RunInputs.objects.create(
+        record_id=1, obj=plain,
+        reads=[{"read": "get", "args": ["v1", "Secret", "db", "ns", None], "result": SECRET}],
+        writes=[{"method": "POST", "path": "/api/v1/namespaces/ns/secrets", "body": SECRET}])
+    untouched = RunInputs.objects.create(record_id=2, obj=plain)
+
+    migration.redact_kept_inputs(apps, None)
+
+    kept.refresh_from_db()
+    stored = json.dumps([kept.obj, kept.reads, kept.writes])
+    assert "aHVudGVyMg==" not in stored and "hunter2" not in stored and "t0k3n" not in stored
+    assert kept.reads[0]["result"]["data"] == {"password": REDACTED, "user": REDACTED}
+    assert kept.obj == plain
+    untouched.refresh_from_db()
+    assert (untouched.obj, untouched.reads, untouched.writes) == (plain, [], [])
