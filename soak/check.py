@@ -112,7 +112,8 @@ def history_overlaps() -> list[str]:
 
 
 def side_channel_overlaps(trace_path) -> tuple[int, list[str]]:
-    """Each run's active span is its start to its last write; spans of one key must not meet."""
+    """Each run's active span is its start to its last write (stamped when it was sent);
+    spans of one key must not meet."""
     spans: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for line in trace_path.read_text().splitlines():
         try:

@@ -24,8 +24,9 @@ and checks every object shows the new one (the start pass reconciles every objec
 
 Side channel: one line per event appended to ``$SOAK_TRACE`` (``O_APPEND``: atomic for short
 lines): ``start|write|block <key> <run id> <unix time>``, a ``write`` only when the cluster
-really changed (a new resourceVersion, a deletion), a ``block`` when a run starts blocking in
-C. The checker rebuilds each run's active span (start to its last write) and asserts no two
+really changed (a new resourceVersion, a deletion), stamped with the time it was *sent* (a
+write cannot take effect before; a process stopped after the answer and before its line
+would otherwise stamp it late), a ``block`` when a run starts blocking in C. The checker rebuilds each run's active span (start to its last write) and asserts no two
 spans of one key intersect; the blocks are the evidence that the blocking fault took effect.
 """
 
@@ -47,12 +48,12 @@ JSON_PATCH = "application/json-patch+json"
 _RUN = re.compile(r"\(run ([^)\s]+)\)")
 
 
-def _trace(kind: str, key: str, run: str) -> None:
+def _trace(kind: str, key: str, run: str, at: float | None = None) -> None:
     path = os.environ.get("SOAK_TRACE")
     if path:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"{kind} {key} {run} {time.time():.6f}\n".encode())
+            os.write(fd, f"{kind} {key} {run} {at or time.time():.6f}\n".encode())
         finally:
             os.close(fd)
 
@@ -97,8 +98,9 @@ class SoakItemReconciler(Reconciler):
     def reconcile(self, obj: dict, ctx):
         key, run = str(ctx.key), run_identity()
         _trace("start", key, run)
+        sent = time.time()
         ctx.obj = begin(ctx, run)
-        _trace("write", key, run)
+        _trace("write", key, run, sent)
         spec = obj.get("spec") or {}
         value, children = int(spec.get("value", 0)), int(spec.get("children", 0))
         name = obj["metadata"]["name"]
@@ -109,16 +111,17 @@ class SoakItemReconciler(Reconciler):
             time.sleep(min(blocked_for, 4 * self.timeout))
         for i in range(MAX_CHILDREN):
             child = f"{name}-{i}"
-            before = _rv(ctx.get("v1", "ConfigMap", child))
+            before, sent = _rv(ctx.get("v1", "ConfigMap", child)), time.time()
             if i < children:
                 after = _rv(ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
                                                   "metadata": {"name": child},
                                                   "data": {"value": str(value)}}))
                 if after != before:
-                    _trace("write", key, run)
+                    _trace("write", key, run, sent)
             elif before is not None and ctx.delete("v1", "ConfigMap", child):
-                _trace("write", key, run)
+                _trace("write", key, run, sent)
         # The end: status.run is new on every run, so this write is never skipped.
+        sent = time.time()
         ctx.patch_status({"value": value, "children": children, "note": settings.SOAK_NOTE,
                           "run": run})
-        _trace("write", key, run)
+        _trace("write", key, run, sent)
