@@ -10,9 +10,11 @@ upgrade through every process, and (``--faults all``) restarts PostgreSQL, Redis
 from a stale snapshot) and the api-server (``soak.faults``). The operator runs as a
 ServiceAccount of its own, its every connection through the proxy.
 
-Then the faults stop and an independent checker (``soak.check``) asserts the promises from the
-api-server, its audit log, the messages counted at the broker, the history and the side
-channel the reconciler writes. Exit status 0 only when every check passed; the figures are
+Each fault records the effect the soak saw of it. Then the faults stop, every live object
+changes once more, and an independent checker (``soak.check``) asserts the promises from the
+api-server, its audit log, the messages counted at the broker and the side channel the
+reconciler writes, with the ledger and the history as secondary evidence, and fails on a
+fault with no effect seen. Exit status 0 only when every check passed; the figures are
 printed and written as JSON, and ``--write-docs`` writes them into docs/contributing/reliability.md.
 """
 

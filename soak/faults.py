@@ -377,9 +377,10 @@ def redis_stale_snapshot(soak) -> None:
     injected = Injected("Redis restarted from a stale snapshot", started, 0.0,
                         _restarted(soak, "redis", restart))
     (soak.cfg.state_dir / "redis" / "dump.rdb").unlink(missing_ok=True)
-    if injected.effect and direct.exists(marker):
+    after = redis.Redis(port=soak.cfg.redis_port, socket_timeout=30)  # a new connection
+    if injected.effect and after.exists(marker):
         injected.effect = None  # restarted, but not back in time
-        direct.delete(marker)
+        after.delete(marker)
     injected.ended = time.time()
     soak.record(injected)
 
