@@ -10,9 +10,11 @@ upgrade through every process, and (``--faults all``) restarts PostgreSQL, Redis
 from a stale snapshot) and the api-server (``soak.faults``). The operator runs as a
 ServiceAccount of its own, its every connection through the proxy.
 
-Then the faults stop and an independent checker (``soak.check``) asserts the promises from the
-api-server, its audit log, the messages counted at the broker, the history and the side
-channel the reconciler writes. Exit status 0 only when every check passed; the figures are
+Each fault records the effect the soak saw of it. Then the faults stop, every live object
+changes once more, and an independent checker (``soak.check``) asserts the promises from the
+api-server, its audit log, the messages counted at the broker and the side channel the
+reconciler writes, with the ledger and the history as secondary evidence, and fails on a
+fault with no effect seen. Exit status 0 only when every check passed; the figures are
 printed and written as JSON, and ``--write-docs`` writes them into docs/contributing/reliability.md.
 """
 
@@ -106,7 +108,8 @@ class Soak:
     pool: str = "prefork"  # the workers' Celery pool: prefork, or threads (the default layout)
     mode: str = "all"  # which faults: every kind, or none that restarts a shared service
     rng: random.Random = field(init=False)
-    faults: dict = field(default_factory=dict)
+    faults: dict = field(default_factory=dict)  # how many of each kind of change and fault
+    injected: list = field(default_factory=list)  # every fault, with its effect (faults.Injected)
     changes: int = 0
     max_backlog: int = 0
     crashes: list = field(default_factory=list)  # processes that exited on their own
@@ -287,8 +290,14 @@ class Soak:
 
     # --- chaos -----------------------------------------------------------------------------
 
-    def count(self, fault: str) -> None:
-        self.faults[fault] = self.faults.get(fault, 0) + 1
+    def count(self, kind: str) -> None:
+        """A change or fault of ``kind``, for the report's table."""
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+
+    def record(self, fault: faults.Injected) -> None:
+        """A fault injected, with what was seen of it (``soak.faults``)."""
+        self.injected.append(fault)
+        self.count(fault.kind)
 
     def change_objects(self) -> None:
         docs = []
@@ -302,32 +311,45 @@ class Soak:
             self.kubectl_apply(docs)
             self.changes += len(docs)
 
+    def change_every_object(self) -> None:
+        """A new spec for every live object (the checker's last change, once faults stopped)."""
+        self.kubectl_apply([self.item(ns, name, self.rng.randint(100, 199),
+                                      self.rng.randint(0, 4))
+                            for ns, names in self.names.items() for name in names])
+        self.count("last change to every live object (after the faults)")
+
     def delete_object(self) -> None:
         ns = self.rng.choice(self.ns)
         if len(self.names[ns]) > 1:
-            name = self.names[ns].pop(self.rng.randrange(len(self.names[ns])))
-            self.kubectl("-n", ns, "delete", f"{PLURAL}.{GROUP}", name, "--wait=false",
-                         check=False)
-            self.deleted.append((ns, name))
-            self.count("objects deleted")
+            i = self.rng.randrange(len(self.names[ns]))
+            name = self.names[ns][i]
+            if self.kubectl("-n", ns, "delete", f"{PLURAL}.{GROUP}", name, "--wait=false",
+                            check=False).returncode == 0:
+                self.names[ns].pop(i)
+                self.deleted.append((ns, name))
+                self.count("objects deleted")
 
     def delete_child(self) -> None:
         ns = self.rng.choice(self.ns)
         out = self.kubectl("-n", ns, "get", "configmaps", "-o", "name", check=False).stdout
         children = [line for line in out.split() if "item-" in line]
         if children:
-            self.kubectl("-n", ns, "delete", self.rng.choice(children), "--wait=false",
-                         check=False)
-            self.count("children deleted behind the operator's back")
+            if self.kubectl("-n", ns, "delete", self.rng.choice(children), "--wait=false",
+                            check=False).returncode == 0:
+                self.count("children deleted behind the operator's back")
 
     def kill(self, group: list[Proc], what: str) -> None:
         self.supervise()  # a process that already exited on its own is counted as such
+        started = time.time()
         victim = self.rng.choice(group)
+        pid = victim.popen.pid
         victim.signal(signal.SIGCONT)  # one paused by another fault must still die now
         victim.signal(signal.SIGKILL)
-        victim.popen.wait(10)
+        code = victim.popen.wait(10)
         victim.start(self.env(), self.work / "logs")
-        self.count(f"{what} killed (-9)")
+        self.record(faults.Injected(f"{what} killed (-9)", started, time.time(),
+                                    f"{victim.name} (pid {pid}) ended by SIGKILL"
+                                    if code == -signal.SIGKILL else None))
 
     def actions(self) -> list[tuple[object, float]]:
         """What the chaos loop does, with its weight: changes first, then every fault this

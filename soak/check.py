@@ -1,17 +1,27 @@
 """The soak's independent checker: the operator's promises, read from the api-server, its
-audit log, the messages counted at the broker, the ledger, the history and the reconciler's
-side channel - never from the operator's own opinion.
+audit log, the messages counted at the broker and the reconciler's side channel - never from
+the operator's own opinion.
+
+The verdict rests on that independent evidence:
 
 1. every live object converged to its last spec (status, observedGeneration, its children)
-   and shows the note of the last rolling upgrade;
+   and shows the note of the last rolling upgrade - after one last change to every live
+   object, so a key the operator left stuck shows as an object that never took it;
 2. every deleted object's children are gone;
-3. no two runs of one key overlapped - in the api-server's audit log (``soak.audit``: no two
-   runs' writes to one object interleave), in the history, and in the side channel (the span
-   from a run's start to its last write);
-4. no message lost: every key of a message the broker never delivered ran after it anyway, or
+3. no two runs of one key overlapped, in the api-server's audit log (``soak.audit``: each run
+   writes a begin and an end, and no two runs' spans of one key meet) and in the side
+   channel (the span from a run's start to its last write);
+4. no change lost: every change the soak made that the audit log shows was followed by a run
+   that saw it (its begin accepted after the change, conditional on the generation it read)
+   and ended; and every key of a message the broker never delivered ran after it anyway, or
    its object is gone;
-5. no key is left running, queued or in backoff once everything converged;
+5. every fault had an effect the soak saw (``soak.faults``): a silent fault tested nothing;
 6. the broker's backlog stayed bounded and ends empty; every process exit is explained.
+
+The project's own tables are read too, as secondary evidence that can fail the run but never
+pass it on their own: the ledger (no key left running, queued or in backoff: the operator's
+memory of pending work, whose promise is about that memory itself) and the history (no two
+records of one key overlap: the admin's account of the runs must agree with the audit log).
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
 
-from soak import audit
+from soak import audit, faults
 
 
 def _django():
@@ -102,7 +112,8 @@ def history_overlaps() -> list[str]:
 
 
 def side_channel_overlaps(trace_path) -> tuple[int, list[str]]:
-    """Each run's active span is its start to its last write; spans of one key must not meet."""
+    """Each run's active span is its start to its last write (stamped when it was sent);
+    spans of one key must not meet."""
     spans: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for line in trace_path.read_text().splitlines():
         try:
@@ -171,20 +182,63 @@ def lost_keys(undelivered, trace_path: Path, live: set[str], slack: float = 2.0)
     return lost
 
 
-def audit_check(soak) -> dict:
-    """What the api-server's audit log shows, or why it was not read (never a pass)."""
+def audit_figures(found: list) -> dict:
+    """What the audit log's writes show (``soak.audit``)."""
+    return {"ran": True, **audit.summary(found), "overlaps": audit.overlaps(found),
+            "changes lost": audit.lost(found),
+            "writes outside any run": audit.outside_runs(found),
+            "writes answered 429": sum(w.code == 429 for w in found),
+            "writes answered 5xx": sum(w.code >= 500 for w in found)}
+
+
+def audit_check(soak) -> tuple[dict, list]:
+    """What the api-server's audit log shows, or why it was not read (never a pass); and the
+    writes read."""
     from reconcilers.devstack import controlplane
 
     if not controlplane.audit_enabled(soak.cfg):
         return {"ran": False, "why not": "the running kube-apiserver has no audit log (a stack "
-                "started before the audit flags: restart it with `make down up`)"}
+                "started before the audit flags: restart it with `make down up`)"}, []
     found = audit.read(soak.cfg.audit_log, f"soak-{soak.run_id}-")
     if not found:
-        return {"ran": False, "why not": f"no write of this run in {soak.cfg.audit_log}"}
-    return {"ran": True, **audit.summary(found), "overlaps": audit.overlaps(found),
-            "writes outside any run": audit.outside_runs(found),
-            "writes answered 429": sum(w.code == 429 for w in found),
-            "writes answered 5xx": sum(w.code >= 500 for w in found)}
+        return {"ran": False, "why not": f"no write of this run in {soak.cfg.audit_log}"}, []
+    return audit_figures(found), found
+
+
+def history_checks(seen: dict, injected: list) -> dict:
+    """The checks on the run's history - the audit log (``seen``: ``audit_figures``, or why
+    it was not read) and the faults with what was seen of them (``faults.observe`` first).
+    None: not run (no audit log), which is never a pass."""
+    audited = seen["ran"]
+    return {
+        "no two runs of one key overlapped (audit log: begin-to-end spans)":
+            (not seen["overlaps"]) if audited else None,
+        "no change lost (audit log: every change seen by a run that ended)":
+            (not seen["changes lost"]) if audited else None,
+        "no write to the soak's objects outside a run (audit log)":
+            (not seen["writes outside any run"]) if audited else None,
+        "every fault had an effect the soak saw (none silent)": not faults.silent(injected),
+    }
+
+
+def _settle(soak, api, seconds: float) -> float:
+    """Wait until every object converged and every key settled, at most ``seconds``; the
+    seconds it took."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            problems = unconverged(soak, api) + unsettled_keys()
+        except Exception as exc:  # the stack is still coming back from the last fault
+            problems = [f"checker could not read: {exc}"]
+        if not problems or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    return round(seconds - (deadline - time.monotonic()), 1)
+
+
+def verdict(checks: dict, secondary: dict) -> bool:
+    """Passed only when every check passed; a check not run (None) is no pass."""
+    return all(v is True for v in [*checks.values(), *secondary.values()])
 
 
 def run(soak, settle: float) -> dict:
@@ -195,19 +249,16 @@ def run(soak, settle: float) -> dict:
     from reconcilers.models import ReconcileRecord
 
     api = kube.new_api_client()
-    deadline = time.monotonic() + settle
-    while True:
-        try:
-            problems = unconverged(soak, api) + unsettled_keys()
-        except Exception as exc:  # the stack is still coming back from the last fault
-            problems = [f"checker could not read: {exc}"]
-        if not problems or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    settled_in = round(settle - (deadline - time.monotonic()), 1)
+    settled_in = _settle(soak, api, settle)
+    # One last change to every live object: each must be taken up by a run, which a key
+    # left stuck (running, queued, in backoff for ever) cannot be.
+    soak.change_every_object()
+    last_change_in = _settle(soak, api, settle)
     history = history_overlaps()
     side_runs, side = side_channel_overlaps(soak.trace)
-    seen = audit_check(soak)
+    seen, found = audit_check(soak)
+    faults.observe(soak.injected, found, soak.trace)
+    silent = faults.silent(soak.injected)
     message_figures, undelivered = messages(soak.messages)
     live = {f"{ns}/{name}" for ns, names in soak.names.items() for name in names}
     lost_work = lost_keys(undelivered, soak.trace, live)
@@ -220,37 +271,42 @@ def run(soak, settle: float) -> dict:
         final_unconverged, final_unsettled = unconverged(soak, api), unsettled_keys()
     except Exception as exc:
         final_unconverged, final_unsettled = [f"checker could not read: {exc}"], ["?"]
-    checks = {
-        "converged (every live object, every child; deleted objects' children gone)":
-            not final_unconverged,
-        "no key left running, queued or in backoff": not final_unsettled,
-        "no overlapping runs in the history": not history,
-        # None: not run (no audit log) - never a pass.
-        "no overlapping writes in the api-server's audit log":
-            (not seen["overlaps"]) if seen["ran"] else None,
-        "no write to the soak's objects outside a run (audit log)":
-            (not seen["writes outside any run"]) if seen["ran"] else None,
+    audited = seen["ran"]
+    checks = {  # independent of the operator's tables: the verdict rests on these
+        "converged (every live object, every child, after a last change to each; deleted "
+        "objects' children gone)": not final_unconverged,
+        **history_checks(seen, soak.injected),
         "no message lost (every key of an undelivered message ran after it)": not lost_work,
-        "every process exit explained": not unexplained,
         "no overlapping runs in the side channel": not side,
+        "every process exit explained": not unexplained,
         "the broker's backlog ends empty": backlog == 0,
         "no watcher or beat process exited on its own": not soak.crashes,
         "the backlog stayed bounded (max <= 2x objects + 100)":
             soak.max_backlog <= 2 * objects + 100,
     }
+    secondary = {  # the operator's own tables: can fail the run, never pass it alone
+        "no key left running, queued or in backoff (the ledger)": not final_unsettled,
+        "no overlapping runs in the history": not history,
+    }
     return {
-        "passed": all(v is True for v in checks.values()), "checks": checks, "objects": objects,
-        "namespaces": len(soak.ns), "runs recorded": records, "runs in the side channel":
-            side_runs, "runs lost to killed workers (recorded by the reaper)": lost,
-        "overlaps": len(history) + len(side) + len(seen.get("overlaps", [])),
+        "passed": verdict(checks, secondary), "checks": checks, "secondary checks": secondary,
+        "objects": objects, "namespaces": len(soak.ns), "runs recorded": records,
+        "runs in the side channel": side_runs,
+        "runs lost to killed workers (recorded by the reaper)": lost,
+        "overlaps": len(side) + len(seen.get("overlaps", [])),
+        "history overlaps": len(history),
         "audit log": {k: (v[:20] if isinstance(v, list) else v) for k, v in seen.items()},
-        "audit overlaps": len(seen["overlaps"]) if seen["ran"] else None,
+        "audit overlaps": len(seen["overlaps"]) if audited else None,
+        "changes lost": len(seen["changes lost"]) if audited else None,
         **message_figures, "keys lost": lost_work[:20], "lost": len(lost_work),
+        "faults injected": len(soak.injected), "silent faults": silent,
+        "fault effects": [f"{f.kind}: {f.effect or 'SILENT'}" for f in soak.injected],
         "process exits": [f"{name} exited with {code}: {why or 'UNEXPLAINED'}"
                           for name, code, why in soak.exits],
         "note": soak.note,
         "unconverged": (final_unconverged + final_unsettled)[:20],
-        "settled in (s)": settled_in, "max broker backlog": soak.max_backlog,
+        "settled in (s)": settled_in, "took the last change in (s)": last_change_in,
+        "max broker backlog": soak.max_backlog,
         "overlap details": (history + side)[:20], "crashed processes": soak.crashes,
         "Celery workers restarted after exiting on their own": soak.worker_exits,
         "Celery workers restarted by their liveness probe (consumer stalled)": soak.stalled,

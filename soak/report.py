@@ -70,14 +70,22 @@ def section(result: dict) -> str:
         *[f"| {kind} | {n} |" for kind, n in sorted(result["faults"].items())], "",
         "| what the checkers saw | value |", "| --- | --- |",
         f"| objects | {result['objects']} in {result['namespaces']} namespaces |",
-        f"| overlapping writes in the api-server's audit log | "
+        f"| runs of one key overlapping in the api-server's audit log (each run's begin to "
+        f"its end) | "
         + (f"**{result['audit overlaps']}** ({audit.get('writes', 0)} writes, "
-           f"{audit.get('runs seen', 0)} runs, {audit.get('writes answered 429', 0)} answered "
+           f"{audit.get('runs seen', 0)} runs, {audit.get('runs with a begin and an end', 0)} "
+           f"with a begin and an end, {audit.get('writes answered 429', 0)} writes answered "
            f"429, {audit.get('writes answered 5xx', 0)} answered 5xx)" if audit.get("ran")
            else f"not checked: {audit.get('why not', '?')}") + " |",
+        f"| changes by the soak no run saw (audit log: none followed by a run that began "
+        f"after it and ended) | "
+        + (f"**{result.get('changes lost')}** of {audit.get('changes by the soak', 0)}"
+           if audit.get("ran") else "not checked") + " |",
         f"| writes to the soak's objects outside a run (audit log) | "
         + (f"{len(audit.get('writes outside any run', []))}" if audit.get("ran")
            else "not checked") + " |",
+        f"| faults with no effect seen (silent) | "
+        f"**{len(result.get('silent faults', []))}** of {result.get('faults injected', 0)} |",
         f"| objects not converged / keys left unsettled | **{len(result['unconverged'])}** |",
         f"| messages published (or tried) / received by workers / never delivered | "
         f"{result.get('messages published', 0)} / "
@@ -87,12 +95,15 @@ def section(result: dict) -> str:
         f"**{result.get('lost', 0)}** |",
         f"| runs recorded in the history / seen in the side channel | "
         f"{result['runs recorded']} / {result['runs in the side channel']} |",
-        f"| overlapping runs in the history and the side channel | "
-        f"{result['overlaps'] - (result.get('audit overlaps') or 0)} |",
+        f"| overlapping runs in the side channel / in the history (secondary) | "
+        f"{result['overlaps'] - (result.get('audit overlaps') or 0)} / "
+        f"{result.get('history overlaps', 0)} |",
         f"| runs lost to killed workers (recorded by the reaper) | "
         f"{result['runs lost to killed workers (recorded by the reaper)']} |",
         f"| largest broker backlog | {result['max broker backlog']} messages |",
-        f"| settled after the faults stopped | {result['settled in (s)']} s |", "",
+        f"| settled after the faults stopped / took a last change to every object | "
+        f"{result['settled in (s)']} s / {result.get('took the last change in (s)', '?')} s |",
+        "",
         "Process exits on their own, each with what its log says (restarted as a supervisor "
         "would):", "",
         *([f"- {e}" for e in result.get("process exits", [])] or ["- none"]), "",
@@ -103,6 +114,10 @@ def section(result: dict) -> str:
             "Celery workers restarted by their liveness probe (consumer stalled)", [])]
           or ["- none"]), "",
         *[f"- {_verdict(v)}: {name}" for name, v in result["checks"].items()],
+        *[f"- {_verdict(v)}: {name} (secondary: the operator's own tables)"
+          for name, v in result.get("secondary checks", {}).items()],
+        *([] if not result.get("silent faults") else
+          ["", "Faults with no effect seen:", "", *[f"- {f}" for f in result["silent faults"]]]),
     ]
     return "\n".join(lines) + "\n"
 

@@ -66,7 +66,8 @@ def test_the_audit_checker_sees_two_runs_interleaving_writes_to_one_object():
     found = list(audit.writes(lines, "soak-1-"))
     assert len(found) == 6
     overlaps = audit.overlaps(found)
-    assert len(overlaps) == 1 and overlaps[0].startswith("configmaps soak-1-0/item-1-0: runs 5-a")
+    # A child's writes count for its SoakItem's key (``item-1-0`` is ``item-1``'s).
+    assert len(overlaps) == 1 and overlaps[0].startswith("soak-1-0/item-1: runs 5-a")
     assert audit.summary(found)["writes refused (not 2xx)"] == 1
 
 
@@ -125,18 +126,23 @@ def test_the_measured_section_is_written_from_the_report_and_says_what_was_not_c
         "fault mode": "proxy", "seconds": 300, "changes": 40, "namespaces": 3,
         "faults": {"Redis through the proxy: black hole": 2, "worker killed (-9)": 1},
         "audit log": {"ran": False, "why not": "the running kube-apiserver has no audit log"},
-        "audit overlaps": None, "unconverged": [], "runs recorded": 10,
-        "runs in the side channel": 9, "overlaps": 0,
+        "audit overlaps": None, "changes lost": None, "unconverged": [], "runs recorded": 10,
+        "runs in the side channel": 9, "overlaps": 0, "history overlaps": 0,
+        "faults injected": 3, "silent faults": ["worker killed (-9) at 05:00:01"],
         "runs lost to killed workers (recorded by the reaper)": 0, "max broker backlog": 5,
         "settled in (s)": 3.0, "process exits": [], "lost": 0,
-        "checks": {"converged": True, "no overlapping writes in the api-server's audit log":
-                   None}}
+        "checks": {"converged": True, "no two runs of one key overlapped (audit log: "
+                   "begin-to-end spans)": None},
+        "secondary checks": {"no overlapping runs in the history": True}}
     report.write_docs(result, doc)
     text = doc.read_text()
     assert "old figures" not in text and text.endswith("## after\n")
     assert "| Redis through the proxy: black hole | 2 |" in text
     assert "not checked: the running kube-apiserver has no audit log" in text
-    assert "**not run**: no overlapping writes in the api-server's audit log" in text
+    assert "**not run**: no two runs of one key overlapped (audit log" in text
+    assert "| faults with no effect seen (silent) | **1** of 3 |" in text
+    assert "- worker killed (-9) at 05:00:01" in text
+    assert "passed: no overlapping runs in the history (secondary" in text
     assert json.loads((tmp_path / "soak-report.json").read_text())["seed"] == 7
 
 
@@ -173,12 +179,16 @@ def test_a_short_soak_keeps_every_promise(stack, pool):
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert report.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(report.read_text())
-    assert figures["checks"] and all(figures["checks"].values()), (
+    assert figures["checks"] and all(v is True for v in [
+        *figures["checks"].values(), *figures["secondary checks"].values()]), (
         json.dumps(figures, indent=2) + f"\nlogs (and stacks) in {work / 'work' / 'logs'}")
     assert result.returncode == 0
-    assert figures["overlaps"] == 0
+    assert figures["overlaps"] == 0 and figures["history overlaps"] == 0
     assert figures["audit log"]["ran"], figures["audit log"]  # a fresh stack keeps one
     assert figures["audit overlaps"] == 0 and figures["lost"] == 0
+    assert figures["changes lost"] == 0 and figures["silent faults"] == []
+    # Every run wrote a begin and an end: the audit log can show two runs at once.
+    assert figures["audit log"]["runs with a begin and an end"] > 0
     kinds = set(figures["faults"])
     for fault in ("worker killed (-9)", "watcher killed (-9)", "PostgreSQL restarted",
                   "Redis restarted (empty)", "api-server restarted (every watch dropped)",
