@@ -1,0 +1,75 @@
+"""The secure ``/metrics`` port's serving pair (``_base.tls``): from files, or self-signed."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+
+import pytest
+from cryptography import x509
+
+from reconcilers._base import probes, tls
+from tests.helpers import free_port, https_get
+
+
+def _serve(context: ssl.SSLContext) -> tuple[int, object]:
+    endpoint = probes.Endpoint("test", lambda: {}, lambda: {})
+    port = free_port()
+    server = probes.serve(endpoint, port, paths=(probes.METRICS,), context=context)
+    assert server is not None
+    return port, server
+
+
+def _served_names(port: int) -> set[str]:
+    cert = x509.load_pem_x509_certificate(
+        ssl.get_server_certificate(("127.0.0.1", port)).encode())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return set(san.get_values_for_type(x509.DNSName)) | {
+        str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
+
+
+def test_without_a_pair_a_self_signed_one_naming_this_host_is_served():
+    port, server = _serve(tls.server_context(""))
+    try:
+        assert {"localhost", socket.gethostname(), "127.0.0.1"} <= _served_names(port)
+        assert https_get(port, "/metrics")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_pair_of_the_cert_dir_is_served(tmp_path):
+    cert, key = tls.self_signed(["metrics.example", "127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    port, server = _serve(tls.server_context(str(tmp_path)))
+    try:
+        assert _served_names(port) == {"metrics.example", "127.0.0.1"}
+        # Verified against the pair's own certificate: that pair, and no other, is served.
+        assert https_get(port, "/metrics", cafile=str(tmp_path / "tls.crt"))[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_cert_dir_without_its_pair_is_a_clear_error(tmp_path):
+    (tmp_path / "tls.crt").write_bytes(tls.self_signed(["localhost"])[0])
+    with pytest.raises(FileNotFoundError, match="tls.key"):
+        tls.server_context(str(tmp_path))
+
+
+def test_a_pair_that_cannot_be_loaded_leaves_the_probes_served(tmp_path, caplog):
+    """Metrics must never stop the work they observe, nor the probes that watch it."""
+    endpoint = probes.Endpoint("test", lambda: {"loop": True}, lambda: {"ready": True})
+    probe_port, metrics_port = free_port(), free_port()
+    with caplog.at_level(logging.ERROR, logger="reconcilers._base.probes"):
+        servers = probes.start(endpoint, probe_port, metrics_port,
+                               probes.Secure(lambda _: None, str(tmp_path)))
+    try:
+        assert len(servers) == 1
+        assert "cannot serve /metrics over HTTPS" in caplog.text and "tls.crt" in caplog.text
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
