@@ -97,10 +97,10 @@ def test_secure_metrics_are_served_over_https_to_an_allowed_token_only(
     assert status == 200
     families = {f.name for f in text_string_to_metric_families(body)}
     assert "rest_client_requests" in families  # the reviews' own calls, counted
-    with caplog.at_level(logging.WARNING, logger="reconcilers._kube.reviews"):
+    with caplog.at_level(logging.WARNING, logger="reconcilers._base.probes"):
         status, body, _ = https_get(metrics_port, "/metrics", metrics_tokens["stranger"])
     assert status == 403 and f"system:serviceaccount:{namespace}:stranger" in body
-    assert "refused a scrape (403)" in caplog.text
+    assert "test: refused a scrape from 127.0.0.1 (403): user" in caplog.text
     for token in (None, "not-a-token"):
         status, body, headers = https_get(metrics_port, "/metrics", token)
         assert status == 401, (token, body)

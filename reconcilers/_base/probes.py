@@ -147,6 +147,9 @@ def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0",
                 return False
             if verdict.status == 200:
                 return True
+            # Each refusal, with whom: a scraper refused every 15 s is a misconfiguration to see.
+            log.warning("%s: refused a scrape from %s (%s): %s", endpoint.role,
+                        self.client_address[0], verdict.status, verdict.why)
             challenge = {"WWW-Authenticate": 'Bearer realm="metrics"'} \
                 if verdict.status == 401 else {}
             self._answer(verdict.status, f"{verdict.why}\n".encode(), "text/plain", challenge)

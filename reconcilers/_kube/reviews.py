@@ -98,8 +98,6 @@ class Reviewer:
             self._kept.move_to_end(digest)
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
-        if not decision.allowed:
-            log.warning("metrics: refused a scrape (%s): %s", decision.status, decision.why)
         return decision
 
     def _review(self, token: str) -> Decision:

@@ -434,4 +434,4 @@ def test_secure_metrics_are_served_over_https_to_allowed_tokens_only(operator, m
                     what=f"the {role}'s readiness")
     assert {"operator_leader", "workqueue_depth"} <= families["watcher"]
     assert "controller_runtime_active_workers" in families["worker"]
-    assert "refused a scrape (403)" in watcher.log()
+    assert "watcher: refused a scrape from 127.0.0.1 (403)" in watcher.log()
