@@ -77,3 +77,19 @@ def test_a_rate_limit_that_is_not_a_celery_rate_is_refused(monkeypatch):
     monkeypatch.setattr(cls, "shared_rate_limit", "ten a second")
     monkeypatch.setattr(cls, "rate_limit", "0/s")
     assert [e.id for e in check_reconcilers(None)] == ["reconcilers.E011"] * 2
+
+
+def test_a_metrics_cert_dir_without_its_pair_is_an_error(settings, tmp_path):
+    from reconcilers._base import tls
+    from reconcilers._queue.checks import check_metrics_pair
+
+    assert check_metrics_pair(None) == []
+    settings.RECONCILERS_METRICS_CERT_DIR = str(tmp_path)
+    assert [e.id for e in check_metrics_pair(None)] == ["reconcilers.W002"]  # plain: unused
+    settings.RECONCILERS_METRICS_SECURE = True
+    (error,) = check_metrics_pair(None)
+    assert error.id == "reconcilers.E006" and "tls.crt and no tls.key" in error.msg
+    cert, key = tls.self_signed(["localhost"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    assert check_metrics_pair(None) == []
