@@ -8,9 +8,10 @@ the operator's own credentials, which need ``create`` on ``tokenreviews`` and
 ``subjectaccessreviews`` (``manage.py rbac`` grants it while the setting is on).
 
 A decision is kept by the token's SHA-256 digest, never the token: an allowed one for
-``ALLOWED_FOR`` (a scrape every 15 s costs an api-server call a minute, as controller-runtime's
-token cache), a refused one for ``REFUSED_FOR`` (a Role granted after a refusal is seen within
-that, as controller-runtime's deny cache). An api-server that cannot answer gives no decision:
+``ALLOWED_FOR`` (a scrape every 15 s costs two api-server calls a minute, and a grant taken
+back is seen within that, as controller-runtime's token cache), a refused one for
+``REFUSED_FOR`` (a grant made after a refusal is seen within that, as controller-runtime's deny
+cache). An api-server that cannot answer gives no decision:
 the scrape gets 503 and the next one asks again.
 """
 
