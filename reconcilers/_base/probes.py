@@ -69,7 +69,7 @@ Guard = Callable[[str | None], Verdict]  # the request's ``Authorization`` heade
 @dataclass(frozen=True)
 class Secure:
     """How ``/metrics`` is secured: who may read it, and the serving pair's directory
-    (``tls.server_context``; empty: self-signed)."""
+    (``tls.serving``; empty: self-signed)."""
 
     guard: Guard
     cert_dir: str = ""
@@ -89,7 +89,7 @@ def start(endpoint: Endpoint, port: int, metrics_port: int = 0,
                                           "no metrics port)")]
     if metrics_port:
         try:
-            context = tls.server_context(secure.cert_dir)
+            context = tls.serving(secure.cert_dir)
         except (OSError, ssl.SSLError, ValueError) as exc:
             log.error("%s: cannot serve /metrics over HTTPS: %s; carrying on without",
                       endpoint.role, exc)
@@ -100,10 +100,11 @@ def start(endpoint: Endpoint, port: int, metrics_port: int = 0,
 
 
 def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0",
-          paths: tuple[str, ...] = (METRICS, *PROBES), context: ssl.SSLContext | None = None,
-          guard: Guard | None = None, moved: str = "") -> ThreadingHTTPServer | None:
+          paths: tuple[str, ...] = (METRICS, *PROBES),
+          context: Callable[[], ssl.SSLContext] | None = None, guard: Guard | None = None,
+          moved: str = "") -> ThreadingHTTPServer | None:
     """Serve ``paths`` of ``endpoint`` on ``host:port`` in a daemon thread, over TLS with
-    ``context``, ``/metrics`` only to callers ``guard`` allows; ``moved`` is what a request
+    the context ``context`` gives at each connection, ``/metrics`` only to callers ``guard`` allows; ``moved`` is what a request
     for ``/metrics`` here is told when it is served elsewhere. ``None`` when off or the port
     is taken."""
     if not port:
@@ -190,14 +191,15 @@ class _TLSServer(ThreadingHTTPServer):
     (bounded by ``REQUEST_TIMEOUT``): a client that connects and never says hello must not
     hold up the accepting thread, which a socket wrapped before ``accept`` would let it."""
 
-    def __init__(self, address: tuple[str, int], handler: type, context: ssl.SSLContext):
+    def __init__(self, address: tuple[str, int], handler: type,
+                 context: Callable[[], ssl.SSLContext]):
         super().__init__(address, handler)
         self.context = context
 
     def finish_request(self, request: socket.socket, client_address) -> None:
         request.settimeout(REQUEST_TIMEOUT)
         try:
-            secured = self.context.wrap_socket(request, server_side=True)
+            secured = self.context().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as exc:  # no TLS, a slow hello: not this server's news
             log.debug("metrics: TLS handshake with %s failed: %s", client_address, exc)
             return
