@@ -3,7 +3,6 @@ change, or self-signed. (``CertificatePair`` alone: tests/test_webhookserver.py.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import ssl
@@ -83,19 +82,3 @@ def test_a_cert_dir_without_its_pair_is_a_clear_error(tmp_path):
     (tmp_path / "tls.crt").write_bytes(tls.self_signed(["localhost"])[0])
     with pytest.raises(FileNotFoundError, match="tls.key"):
         tls.serving(str(tmp_path))
-
-
-def test_a_pair_that_cannot_be_loaded_leaves_the_probes_served(tmp_path, caplog):
-    """Metrics must never stop the work they observe, nor the probes that watch it."""
-    endpoint = probes.Endpoint("test", lambda: {"loop": True}, lambda: {"ready": True})
-    probe_port, metrics_port = free_port(), free_port()
-    with caplog.at_level(logging.ERROR, logger="reconcilers._base.probes"):
-        servers = probes.start(endpoint, probe_port, metrics_port,
-                               probes.Secure(lambda _: None, str(tmp_path)))
-    try:
-        assert len(servers) == 1
-        assert "cannot serve /metrics over HTTPS" in caplog.text and "tls.crt" in caplog.text
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()

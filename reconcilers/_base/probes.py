@@ -75,14 +75,14 @@ class Secure:
     cert_dir: str = ""
 
 
-def start(endpoint: Endpoint, port: int, metrics_port: int = 0,
-          secure: Secure | None = None) -> list[ThreadingHTTPServer]:
-    """A process's endpoints: the probes on ``port``, plain; ``/metrics`` there too, or -
-    when ``secure`` (``RECONCILERS_METRICS_SECURE``) - only over HTTPS on ``metrics_port``
-    to callers its guard allows. ``0`` turns a port off."""
+def start(endpoint: Endpoint, port: int, metrics_port: int = 0, secure: Secure | None = None,
+          host: str = "0.0.0.0") -> list[ThreadingHTTPServer]:
+    """A process's endpoints on ``host`` (``OPERATOR_HTTP_HOST``): the probes on ``port``,
+    plain; ``/metrics`` there too, or - when ``secure`` (``RECONCILERS_METRICS_SECURE``) -
+    only over HTTPS on ``metrics_port`` to callers its guard allows. ``0`` turns a port off."""
     if secure is None:
-        return [s for s in [serve(endpoint, port)] if s]
-    servers = [serve(endpoint, port, paths=PROBES,
+        return [s for s in [serve(endpoint, port, host)] if s]
+    servers = [serve(endpoint, port, host, paths=PROBES,
                      moved=f"/metrics is served over HTTPS on port {metrics_port}, to a "
                            f"bearer token allowed `get` on /metrics (RECONCILERS_METRICS_SECURE)"
                      if metrics_port else "/metrics is off (RECONCILERS_METRICS_SECURE, and "
@@ -94,8 +94,8 @@ def start(endpoint: Endpoint, port: int, metrics_port: int = 0,
             log.error("%s: cannot serve /metrics over HTTPS: %s; carrying on without",
                       endpoint.role, exc)
         else:
-            servers.append(serve(endpoint, metrics_port, paths=(METRICS,), context=context,
-                                 guard=secure.guard))
+            servers.append(serve(endpoint, metrics_port, host, paths=(METRICS,),
+                                 context=context, guard=secure.guard))
     return [s for s in servers if s]
 
 

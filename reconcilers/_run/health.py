@@ -161,7 +161,7 @@ def serve(sender, **_) -> None:
                                  [metrics.Computed(worker.gauges)], _scraped),
                  process_setting("OPERATOR_WORKER_HTTP_PORT", 8082),
                  process_setting("OPERATOR_WORKER_METRICS_PORT", 8444),
-                 reviews.secure_metrics())
+                 reviews.secure_metrics(), process_setting("OPERATOR_HTTP_HOST", "0.0.0.0"))
 
 
 def _scraped(body: bytes) -> None:

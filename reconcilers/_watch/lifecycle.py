@@ -63,7 +63,7 @@ class Watcher:
         health = self.health
         probes.start(health.endpoint(), process_setting("OPERATOR_WATCHER_HTTP_PORT", 8081),
                      process_setting("OPERATOR_WATCHER_METRICS_PORT", 8443),
-                     reviews.secure_metrics())
+                     reviews.secure_metrics(), process_setting("OPERATOR_HTTP_HOST", "0.0.0.0"))
         if not names:
             # Idle rather than exit: a restart loop helps nobody; the message says what to do.
             self._warn("no reconcilers are registered: add an app with a reconcilers.py "
