@@ -103,10 +103,10 @@ def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0",
           paths: tuple[str, ...] = (METRICS, *PROBES),
           context: Callable[[], ssl.SSLContext] | None = None, guard: Guard | None = None,
           moved: str = "") -> ThreadingHTTPServer | None:
-    """Serve ``paths`` of ``endpoint`` on ``host:port`` in a daemon thread, over TLS with
-    the context ``context`` gives at each connection, ``/metrics`` only to callers ``guard`` allows; ``moved`` is what a request
-    for ``/metrics`` here is told when it is served elsewhere. ``None`` when off or the port
-    is taken."""
+    """Serve ``paths`` of ``endpoint`` on ``host:port`` in a daemon thread - over TLS with
+    the context ``context`` gives at each connection, ``/metrics`` only to callers ``guard``
+    allows; ``moved`` is what a request for ``/metrics`` here is told when it is served
+    elsewhere. ``None`` when off or the port is taken."""
     if not port:
         return None
 

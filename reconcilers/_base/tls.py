@@ -5,11 +5,12 @@ secure ``/metrics``'s), and the secure ``/metrics``'s context (``serving``).
 ``RECONCILERS_METRICS_CERT_DIR`` (``tls.crt`` and ``tls.key``, the keys of a
 ``kubernetes.io/tls`` Secret, and controller-runtime's default names), reloaded when
 cert-manager renews it, else a self-signed pair made at start, as controller-runtime's metrics
-server makes one when given no certificate. Its scrapers (Prometheus with ``insecure_skip_verify``, as
-kubebuilder's ServiceMonitor) are not asked to trust it: TLS is there so that the bearer token
-each scrape carries cannot be read on the way, and the caller is proved by that token, never
-by the certificate. The self-signed key never touches the disk past the load: its files are
-written to a private directory, read into the context and removed.
+server makes one when given no certificate. Its scrapers (Prometheus with
+``insecure_skip_verify``, as kubebuilder's ServiceMonitor) are not asked to trust it: TLS is
+there so that the bearer token each scrape carries cannot be read on the way, and the caller
+is proved by that token, never by the certificate. The self-signed key never touches the disk
+past the load: its files are written to a private directory, read into the context and
+removed.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 
 class WorkerProbes:
     """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``;
-    ``/metrics`` on ``OPERATOR_WORKER_METRICS_PORT`` when secured), served by its main process: live while its consumer has not shut down and has not stalled
-    (``stall``), ready while it consumes (not stalled either) from the broker and PostgreSQL
-    answers. Its scrape
+    ``/metrics`` on ``OPERATOR_WORKER_METRICS_PORT`` when secured), served by its main
+    process: live while its consumer has not shut down and has not stalled (``stall``), ready
+    while it consumes (not stalled either) from the broker and PostgreSQL answers. Its scrape
     adds the pool's size and the runs in progress (children count everything else into the
     multiprocess files)."""
 
