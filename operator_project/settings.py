@@ -286,6 +286,13 @@ OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 3
 # probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
 OPERATOR_WATCHER_HTTP_PORT = env_int("OPERATOR_WATCHER_HTTP_PORT", 8081)
 OPERATOR_WORKER_HTTP_PORT = env_int("OPERATOR_WORKER_HTTP_PORT", 8082)
+# /metrics over HTTPS, behind the api-server's TokenReview and SubjectAccessReview, while
+# RECONCILERS_METRICS_SECURE is on (the ports above then answer /healthz and /readyz only).
+OPERATOR_WATCHER_METRICS_PORT = env_int("OPERATOR_WATCHER_METRICS_PORT", 8443)
+OPERATOR_WORKER_METRICS_PORT = env_int("OPERATOR_WORKER_METRICS_PORT", 8444)
+# The address those ports listen on: every interface, as the kubelet probes the pod's address;
+# 127.0.0.1 keeps them on the machine (a host network, a process outside a cluster).
+OPERATOR_HTTP_HOST = os.environ.get("OPERATOR_HTTP_HOST", "0.0.0.0")
 # Where the admin links a reconciler's metrics and a run's log lines: URL templates with
 # {query} (PromQL / the log filter, URL-quoted) and {reconciler}, {namespace}, {name},
 # {task_id}, {record_id}. Unset: the admin shows the query to paste.

@@ -8,6 +8,9 @@ Every fixture here talks to a real process started by ``make up`` (``python -m r
 - ``api``            a client made by the app's own door to Kubernetes (``reconcilers._kube.kube``),
                      with ``KUBECONFIG`` pointing at the stack.
 - ``namespace``      a fresh namespace per test, deleted afterwards.
+- ``metrics_tokens`` tokens of two ServiceAccounts of ``namespace`` (TokenRequest API):
+                     ``scraper``, which a ClusterRole allows ``get`` on ``/metrics``, and
+                     ``stranger``, which nothing allows anything; the roles deleted afterwards.
 - ``redis_client``   the Redis that Celery and the cache use, flushed before the test.
 - ``private_redis``  a Redis server of the test's own on a free port, which the test may stop,
                      flush, snapshot and restart from an older snapshot (the shared one is
@@ -93,6 +96,33 @@ def namespace(kube) -> Iterator[str]:
     except client.ApiException as e:
         if e.status != 404:
             raise
+
+
+@pytest.fixture
+def metrics_tokens(kube, namespace) -> Iterator[dict[str, str]]:
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(kube), client.RbacAuthorizationV1Api(kube)
+    name = f"metrics-reader-{namespace}"
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": namespace}]})
+    tokens = {}
+    for account in ("scraper", "stranger"):
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+        tokens[account] = core.create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": 600}}).status.token
+    yield tokens
+    for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+        try:
+            delete(name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
 
 
 @pytest.fixture

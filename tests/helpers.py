@@ -31,6 +31,27 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def https_get(port: int, path: str, token: str | None = None,
+              cafile: str | None = None) -> tuple[int, str, dict[str, str]]:
+    """Status, body and headers of ``GET https://127.0.0.1:<port><path>``, with ``token`` as
+    a bearer token; the server's certificate checked against ``cafile``, else not at all (a
+    self-signed pair, as Prometheus scrapes one with ``insecure_skip_verify``)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=cafile)
+    if cafile is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=15, context=context) as resp:
+            return resp.status, resp.read().decode(), dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), dict(exc.headers)
+
+
 def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition",
              interval: float = 0.1) -> T:
     deadline = time.monotonic() + timeout

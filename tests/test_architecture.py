@@ -206,7 +206,9 @@ def test_only_the_metrics_module_imports_prometheus_client():
         "reconcilers._base.metrics"]
     inner, _ = _imports()
     assert inner["reconcilers._base.metrics"] == set()
-    assert inner["reconcilers._base.probes"] <= {"reconcilers._base.metrics"}
+    assert inner["reconcilers._base.probes"] <= {"reconcilers._base.metrics",
+                                                 "reconcilers._base.tls"}
+    assert inner["reconcilers._base.tls"] == set()
 
 
 def test_the_local_stack_needs_only_the_standard_library():

@@ -176,3 +176,17 @@ def test_the_projects_own_settings_bound_every_wait(module, argv):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "reconcilers.W002" not in proc.stdout, proc.stdout
+def test_a_metrics_cert_dir_without_its_pair_is_an_error(settings, tmp_path):
+    from reconcilers._base import tls
+    from reconcilers._queue.checks import check_metrics_pair
+
+    assert check_metrics_pair(None) == []
+    settings.RECONCILERS_METRICS_CERT_DIR = str(tmp_path)
+    assert [e.id for e in check_metrics_pair(None)] == ["reconcilers.W003"]  # plain: unused
+    settings.RECONCILERS_METRICS_SECURE = True
+    (error,) = check_metrics_pair(None)
+    assert error.id == "reconcilers.E006" and "tls.crt and no tls.key" in error.msg
+    cert, key = tls.self_signed(["localhost"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    assert check_metrics_pair(None) == []

@@ -5,8 +5,10 @@ resource, patch its status subresource, update its ``finalizers`` subresource (t
 ``OwnerReferencesPermissionEnforcement`` asks for it before a child may point at its owner with
 ``blockOwnerDeletion``, as kubebuilder grants), create/get/list/watch/patch/delete the owned
 resources (``create_or_update``), create/patch Events, and hold the watcher Lease. CRD rules
-appear only when the watcher installs CRDs (``RECONCILERS_APPLY_CRDS``, or the samples). No
-wildcards, and nothing on Secrets unless a reconciler declares it in ``rbac_rules``.
+appear only when the watcher installs CRDs (``RECONCILERS_APPLY_CRDS``, or the samples), and
+``create`` on TokenReviews and SubjectAccessReviews only while ``/metrics`` asks the api-server
+who may read it (``RECONCILERS_METRICS_SECURE``, ``_kube.reviews``). No wildcards, and nothing
+on Secrets unless a reconciler declares it in ``rbac_rules``.
 
 Watching every namespace, all of it goes in one ClusterRole. Watching some
 (``RECONCILERS_NAMESPACES``), ``manifests`` gives a Role per namespace - in each watched one
@@ -144,6 +146,10 @@ def grants(classes: Iterable[type[Reconciler]],
     rules.append((place(conf.lease_namespace), _rule(
         [leases.group], [leases.plural], ["get", "update", "watch"], [conf.lease_name])))
     rules.append((place(conf.lease_namespace), _rule([leases.group], [leases.plural], ["create"])))
+    if conf.metrics_secure:  # each scrape's token reviewed (``_kube.reviews``)
+        rules.append((CLUSTER, _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"])))
+        rules.append((CLUSTER, _rule(["authorization.k8s.io"], ["subjectaccessreviews"],
+                                     ["create"])))
     if crd_names:
         rules.append((place(CLUSTER), _rule(["apiextensions.k8s.io"],
                                             ["customresourcedefinitions"], ["get", "patch"],

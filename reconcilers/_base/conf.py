@@ -117,6 +117,20 @@ class Settings:
                                             "controller-runtime).")
     apply_crds: bool = _s(False, "Server-side apply the CRDs of enabled reconcilers when the "
                                  "watcher starts.")
+    metrics_secure: bool = _s(False, "The watcher and the workers serve `/metrics` over HTTPS "
+                                     "on a port of its own (`OPERATOR_WATCHER_METRICS_PORT`, "
+                                     "`OPERATOR_WORKER_METRICS_PORT`), only to a caller whose "
+                                     "bearer token the api-server authenticates (TokenReview) "
+                                     "and allows `get` on the URL `/metrics` "
+                                     "(SubjectAccessReview), as controller-runtime's "
+                                     "`WithAuthenticationAndAuthorization`; the probe port "
+                                     "keeps `/healthz` and `/readyz`, plain. Needs `create` on "
+                                     "tokenreviews and subjectaccessreviews (`manage.py rbac` "
+                                     "grants it while this is on). Off: `/metrics` is plain "
+                                     "HTTP on the probe port, for anyone who reaches it.")
+    metrics_cert_dir: str = _s("", "Directory of the secure `/metrics`'s serving pair, "
+                                   "`tls.crt` and `tls.key` (a `kubernetes.io/tls` Secret "
+                                   "mounted); empty: a self-signed pair made at start.")
     webhook_manifests: str = _s("", "File `makecrds` keeps the webhook server's cluster "
                                     "manifests in (what `webhook manifests` prints with its "
                                     "defaults; `--check` fails when stale); empty: none.")

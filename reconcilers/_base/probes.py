@@ -11,8 +11,14 @@ turns it off). The web role answers the same three paths through Django.
 - ``/metrics``: Prometheus text, every process of this one's tree (prefork children included)
   plus what this process computes at scrape time.
 
-A port already taken is logged and the process carries on without the endpoint: metrics and
-probes must never stop the work they observe.
+With ``RECONCILERS_METRICS_SECURE`` (``start``), ``/metrics`` leaves the probe port for a port
+of its own (``OPERATOR_WATCHER_METRICS_PORT``, ``OPERATOR_WORKER_METRICS_PORT``), served over
+HTTPS (``tls``) to callers a ``Guard`` allows - the api-server's reviews (``_kube.reviews``) -
+as controller-runtime serves its metrics apart from its health probes. The probes stay plain
+and open: the kubelet probes without a token.
+
+A port already taken (or a serving pair that cannot be loaded) is logged and the process
+carries on without that endpoint: metrics and probes must never stop the work they observe.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ import functools
 import json
 import logging
 import os
+import socket
+import ssl
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Protocol
 
-from reconcilers._base import metrics
+from reconcilers._base import metrics, tls
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +53,71 @@ class Endpoint:
     scraped: Callable[[bytes], None] | None = None  # told what each scrape was served
 
 
-def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer | None:
-    """Serve ``endpoint`` on ``host:port`` in a daemon thread; ``None`` when off or the port
-    is taken."""
+METRICS = "/metrics"
+PROBES = ("/healthz", "/readyz")
+REQUEST_TIMEOUT = 10.0  # seconds a connection may take to hand over its request (and TLS hello)
+
+
+class Verdict(Protocol):
+    status: int  # 200 serves the scrape; any other status is the answer
+    why: str
+
+
+Guard = Callable[[str | None], Verdict]  # the request's ``Authorization`` header -> a verdict
+
+
+@dataclass(frozen=True)
+class Secure:
+    """How ``/metrics`` is secured: who may read it, and the serving pair's directory
+    (``tls.serving``; empty: self-signed)."""
+
+    guard: Guard
+    cert_dir: str = ""
+
+
+def start(endpoint: Endpoint, port: int, metrics_port: int = 0, secure: Secure | None = None,
+          host: str = "0.0.0.0") -> list[ThreadingHTTPServer]:
+    """A process's endpoints on ``host`` (``OPERATOR_HTTP_HOST``): the probes on ``port``,
+    plain; ``/metrics`` there too, or - when ``secure`` (``RECONCILERS_METRICS_SECURE``) -
+    only over HTTPS on ``metrics_port`` to callers its guard allows. ``0`` turns a port off."""
+    if secure is None:
+        return [s for s in [serve(endpoint, port, host)] if s]
+    servers = [serve(endpoint, port, host, paths=PROBES,
+                     moved=f"/metrics is served over HTTPS on port {metrics_port}, to a "
+                           f"bearer token allowed `get` on /metrics (RECONCILERS_METRICS_SECURE)"
+                     if metrics_port else "/metrics is off (RECONCILERS_METRICS_SECURE, and "
+                                          "no metrics port)")]
+    if metrics_port:
+        try:
+            context = tls.serving(secure.cert_dir)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            log.error("%s: cannot serve /metrics over HTTPS: %s; carrying on without",
+                      endpoint.role, exc)
+        else:
+            servers.append(serve(endpoint, metrics_port, host, paths=(METRICS,),
+                                 context=context, guard=secure.guard))
+    return [s for s in servers if s]
+
+
+def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0",
+          paths: tuple[str, ...] = (METRICS, *PROBES),
+          context: Callable[[], ssl.SSLContext] | None = None, guard: Guard | None = None,
+          moved: str = "") -> ThreadingHTTPServer | None:
+    """Serve ``paths`` of ``endpoint`` on ``host:port`` in a daemon thread - over TLS with
+    the context ``context`` gives at each connection, ``/metrics`` only to callers ``guard``
+    allows; ``moved`` is what a request for ``/metrics`` here is told when it is served
+    elsewhere. ``None`` when off or the port is taken."""
     if not port:
         return None
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            if path == METRICS and METRICS in paths:
+                if guard is not None and not self._allowed():
+                    return
                 body, ctype = metrics.exposition(endpoint.collectors)
                 self._answer(200, body, ctype)
                 if endpoint.scraped is not None:
@@ -62,21 +125,45 @@ def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTP
                         endpoint.scraped(body)
                     except Exception as exc:  # bookkeeping must not fail a scrape
                         log.warning("%s: after a scrape: %s", endpoint.role, exc)
-            elif path in ("/healthz", "/readyz"):
+            elif path in PROBES and path in paths:
                 checks = _run(endpoint.live if path == "/healthz" else endpoint.ready)
                 ok = all(checks.values())
                 body = json.dumps({"role": endpoint.role,
                                    "status": "ok" if ok else "failing",
                                    "checks": checks}).encode()
                 self._answer(200 if ok else 503, body, "application/json")
+            elif path == METRICS and moved:
+                self._answer(404, f"{moved}\n".encode(), "text/plain")
             else:
                 self._answer(404, b"not found\n", "text/plain")
 
-        def _answer(self, status: int, body: bytes, ctype: str) -> None:
+        def _allowed(self) -> bool:
+            """Asks the guard; answers the refusal itself (401 with a Bearer challenge)."""
+            try:
+                verdict = guard(self.headers.get("Authorization"))
+            except Exception as exc:  # a guard that cannot decide refuses, and says why
+                log.error("%s: cannot decide a scrape: %s", endpoint.role, exc)
+                self._answer(500, b"cannot decide this request; see the operator's log\n",
+                             "text/plain")
+                return False
+            if verdict.status == 200:
+                return True
+            # Each refusal, with whom: a scraper refused every 15 s is a misconfiguration to see.
+            log.warning("%s: refused a scrape from %s (%s): %s", endpoint.role,
+                        self.client_address[0], verdict.status, verdict.why)
+            challenge = {"WWW-Authenticate": 'Bearer realm="metrics"'} \
+                if verdict.status == 401 else {}
+            self._answer(verdict.status, f"{verdict.why}\n".encode(), "text/plain", challenge)
+            return False
+
+        def _answer(self, status: int, body: bytes, ctype: str,
+                    headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
@@ -84,16 +171,42 @@ def serve(endpoint: Endpoint, port: int, host: str = "0.0.0.0") -> ThreadingHTTP
             pass
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        server = (_TLSServer((host, port), Handler, context) if context is not None
+                  else ThreadingHTTPServer((host, port), Handler))
     except OSError as exc:
-        log.error("%s: cannot serve /metrics and probes on port %s: %s; carrying on without",
-                  endpoint.role, port, exc)
+        log.error("%s: cannot serve %s on port %s: %s; carrying on without",
+                  endpoint.role, ", ".join(paths), port, exc)
         return None
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True,
                      name=f"probes:{port}").start()
-    log.info("%s: /metrics, /healthz and /readyz on port %s", endpoint.role, port)
+    log.info("%s: %s on port %s%s", endpoint.role, ", ".join(paths), port,
+             " (HTTPS, bearer token)" if guard is not None else
+             " (HTTPS)" if context is not None else "")
     return server
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` over TLS, the handshake made on the connection's own thread
+    (bounded by ``REQUEST_TIMEOUT``): a client that connects and never says hello must not
+    hold up the accepting thread, which a socket wrapped before ``accept`` would let it."""
+
+    def __init__(self, address: tuple[str, int], handler: type,
+                 context: Callable[[], ssl.SSLContext]):
+        super().__init__(address, handler)
+        self.context = context
+
+    def finish_request(self, request: socket.socket, client_address) -> None:
+        request.settimeout(REQUEST_TIMEOUT)
+        try:
+            secured = self.context().wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:  # no TLS, a slow hello: not this server's news
+            log.debug("metrics: TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
 
 
 # Readiness asks PostgreSQL and Redis over connections kept for it, never new ones per probe:

@@ -141,6 +141,31 @@ def check_broker(app_configs, **kwargs):
 
 
 @register(TAG)
+def check_metrics_pair(app_configs, **kwargs):
+    """The secure ``/metrics``'s serving pair (``_base.tls``): a directory named must hold it,
+    and a directory named while ``/metrics`` is plain would be silently unused."""
+    from pathlib import Path
+
+    from reconcilers._base import tls
+
+    conf = settings()
+    if not conf.metrics_cert_dir:
+        return []
+    if not conf.metrics_secure:
+        return [Warning("RECONCILERS_METRICS_CERT_DIR is set but RECONCILERS_METRICS_SECURE is "
+                        "off: /metrics is served plain and the pair is not used",
+                        id="reconcilers.W003")]
+    missing = [name for name in (tls.CERT, tls.KEY)
+               if not (Path(conf.metrics_cert_dir) / name).is_file()]
+    if missing:
+        return [Error(f"RECONCILERS_METRICS_CERT_DIR={conf.metrics_cert_dir!r} holds no "
+                      f"{' and no '.join(missing)}",
+                      hint="Mount a kubernetes.io/tls Secret there, or leave the setting empty "
+                           "for a self-signed pair made at start.", id="reconcilers.E006")]
+    return []
+
+
+@register(TAG)
 def check_reconcilers(app_configs, **kwargs):
     errors = []
     for cls in registry:

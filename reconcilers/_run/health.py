@@ -15,6 +15,7 @@ from django import db
 from reconcilers._authoring.registry import registry
 from reconcilers._base import metrics, probes
 from reconcilers._base.conf import process_setting, settings
+from reconcilers._kube import reviews
 from reconcilers._queue import broker
 from reconcilers._run import evidence, pool, runner, stall
 
@@ -22,10 +23,10 @@ log = logging.getLogger(__name__)
 
 
 class WorkerProbes:
-    """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``),
-    served by its main process: live while its consumer has not shut down and has not stalled
-    (``stall``), ready while it consumes (not stalled either) from the broker and PostgreSQL
-    answers. Its scrape
+    """The worker's ``/metrics``, ``/healthz`` and ``/readyz`` (``OPERATOR_WORKER_HTTP_PORT``;
+    ``/metrics`` on ``OPERATOR_WORKER_METRICS_PORT`` when secured), served by its main
+    process: live while its consumer has not shut down and has not stalled (``stall``), ready
+    while it consumes (not stalled either) from the broker and PostgreSQL answers. Its scrape
     adds the pool's size and the runs in progress (children count everything else into the
     multiprocess files)."""
 
@@ -158,9 +159,11 @@ def serve(sender, **_) -> None:
     good (``WorkerProbes.watch``)."""
     worker = WorkerProbes(sender)
     threading.Thread(target=worker.watch, name="stall-watch", daemon=True).start()
-    probes.serve(probes.Endpoint("worker", worker.live, worker.ready,
+    probes.start(probes.Endpoint("worker", worker.live, worker.ready,
                                  [metrics.Computed(worker.gauges)], _scraped),
-                 process_setting("OPERATOR_WORKER_HTTP_PORT", 8082))
+                 process_setting("OPERATOR_WORKER_HTTP_PORT", 8082),
+                 process_setting("OPERATOR_WORKER_METRICS_PORT", 8444),
+                 reviews.secure_metrics(), process_setting("OPERATOR_HTTP_HOST", "0.0.0.0"))
 
 
 def _scraped(body: bytes) -> None:

@@ -33,7 +33,7 @@ from reconcilers._authoring.registry import registry
 from reconcilers._base import probes
 from reconcilers._base.conf import process_setting, settings
 from reconcilers._base.vocab import GVR
-from reconcilers._kube import cache
+from reconcilers._kube import cache, reviews
 from reconcilers._kube.epoch import Epoch
 from reconcilers._kube.fence import Term, raise_fence
 from reconcilers._queue import broker, periodic, workqueue
@@ -63,7 +63,9 @@ class Watcher:
     def run(self, names: list[str], until: threading.Event) -> None:
         """Watch the reconcilers ``names`` (registered ones) until ``until`` is set."""
         health = self.health
-        probes.serve(health.endpoint(), process_setting("OPERATOR_WATCHER_HTTP_PORT", 8081))
+        probes.start(health.endpoint(), process_setting("OPERATOR_WATCHER_HTTP_PORT", 8081),
+                     process_setting("OPERATOR_WATCHER_METRICS_PORT", 8443),
+                     reviews.secure_metrics(), process_setting("OPERATOR_HTTP_HOST", "0.0.0.0"))
         if not names:
             # Idle rather than exit: a restart loop helps nobody; the message says what to do.
             self._warn("no reconcilers are registered: add an app with a reconcilers.py "

@@ -5,7 +5,7 @@ every host and stays valid 30 days more, and otherwise makes a fresh CA and pair
 is what ``registration`` puts in the configurations' ``caBundle``, so a restart that reuses it
 keeps the registration trusted; the 30-day margin means a server never starts on a pair about
 to expire. In a cluster a Secret (or cert-manager) provides the pair instead, and
-``server.CertificatePair`` reloads it when its files change.
+``_base.tls.CertificatePair`` reloads it when its files change.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ socket listens, before the workers fork; SIGTERM stops it gracefully and returns
 
 from __future__ import annotations
 
-import datetime
 import errno
 import json
 import logging
@@ -46,6 +45,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers import gthread
 
 from reconcilers._base import metrics
+from reconcilers._base.tls import CertificatePair
 from reconcilers._webhooks import routes
 
 log = logging.getLogger(__name__)
@@ -69,70 +69,7 @@ class Options:
     graceful_timeout: int = 10  # seconds a stopping worker finishes what it serves
 
 
-# --- certificates that follow their files --------------------------------------------------
-
-
-class CertificatePair:
-    """The serving pair as an ``SSLContext``, rebuilt when ``cert`` or ``key`` changes.
-
-    A change is seen by ``stat`` (inode, size, mtime of each, through symlinks), looked at no
-    more than once every ``every`` seconds. A pair that fails to load - the key written
-    before the certificate by a tool that does not swap atomically - keeps the previous
-    context and is tried again at the next look."""
-
-    def __init__(self, cert: Path, key: Path, every: float = 1.0):
-        self.cert, self.key, self.every = Path(cert), Path(key), every
-        self._lock = threading.Lock()
-        self._looked = time.monotonic()
-        self._stamp = self._stamp_now()
-        self._context, self.not_after = self._load()  # a bad pair at start is an error
-        self.loaded_at = time.time()
-
-    def context(self) -> ssl.SSLContext:
-        if time.monotonic() - self._looked >= self.every:
-            with self._lock:
-                if time.monotonic() - self._looked >= self.every:
-                    self._looked = time.monotonic()
-                    self._reload_if_changed()
-        return self._context
-
-    def _reload_if_changed(self) -> None:
-        try:
-            stamp = self._stamp_now()
-        except OSError as exc:  # mid-swap: a file is briefly missing
-            log.warning("webhook certificate unreadable, serving the previous pair: %s", exc)
-            return
-        if stamp == self._stamp:
-            return
-        try:
-            self._context, self.not_after = self._load()
-        except (OSError, ValueError, ssl.SSLError) as exc:
-            log.warning("webhook certificate changed but does not load, serving the previous "
-                        "pair: %s", exc)
-            return
-        self._stamp, self.loaded_at = stamp, time.time()
-        log.info("webhook certificate reloaded from %s (valid until %s)", self.cert,
-                 self.not_after.isoformat())
-
-    def _stamp_now(self) -> tuple:
-        return tuple((s.st_ino, s.st_size, s.st_mtime_ns)
-                     for s in (os.stat(self.cert), os.stat(self.key)))
-
-    def _load(self) -> tuple[ssl.SSLContext, datetime.datetime]:
-        from cryptography import x509
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(self.cert), str(self.key))
-        not_after = x509.load_pem_x509_certificate(self.cert.read_bytes()).not_valid_after_utc
-        return context, not_after
-
-    def ready(self) -> tuple[bool, str]:
-        """Whether the pair served can still be trusted, and what to say about it."""
-        left = self.not_after - datetime.datetime.now(datetime.timezone.utc)
-        if left.total_seconds() <= 0:
-            return False, f"the serving certificate expired at {self.not_after.isoformat()}"
-        return True, f"certificate valid until {self.not_after.isoformat()}"
+# --- the serving pair, following its files (``tls.CertificatePair``) -------------------------
 
 
 # What serve() settles before the workers fork, and they inherit.
@@ -354,7 +291,7 @@ def serve(host: str, port: int, cert: Path, key: Path, *, options: Options = Opt
     ``ready`` runs once the socket listens - registering before that sends the api-server's
     first calls nowhere - and before the workers start; its exception stops the server."""
     global _pair, _request_timeout
-    _pair = CertificatePair(cert, key)
+    _pair = CertificatePair(cert, key, name="webhook")
     _request_timeout = options.request_timeout
     settings = {
         "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"],

@@ -74,9 +74,12 @@ def test_committed_rbac_is_what_the_rbac_command_generates():
          "--namespace", "django-crd-operator"], cwd=REPO, capture_output=True, text=True,
         check=True, timeout=60,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "operator_project.settings",
-             "OPERATOR_SAMPLES": "0"}).stdout
+             "OPERATOR_SAMPLES": "0", "RECONCILERS_METRICS_SECURE": "1"}).stdout
     assert out == (REPO / "deploy" / "rbac.yaml").read_text(), \
         "deploy/rbac.yaml is stale: regenerate it with `manage.py rbac --service-account ...`"
+    # The deployment's settings ask the api-server who may read /metrics: the role lets it.
+    config = yaml.safe_load((REPO / "deploy" / "config.yaml").read_text())["data"]
+    assert config["RECONCILERS_METRICS_SECURE"] == "1"
 
 
 def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
@@ -140,21 +143,29 @@ def test_kustomization_renders_and_the_api_server_accepts_it(kube, stack):
 
 
 def test_every_pod_is_probed_over_http_and_its_metrics_port_is_discoverable():
+    """The kubelet probes each pod over plain HTTP; the watcher's and the workers' /metrics
+    are on a port of their own, HTTPS with a bearer token, as the ServiceMonitor scrapes."""
     rendered = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy")],
                               capture_output=True, text=True, check=True, timeout=60).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
     services = [d for d in docs if d["kind"] == "Service"]
-    for role in ("watcher", "worker", "web"):
+    env = yaml.safe_load((REPO / "deploy" / "config.yaml").read_text())["data"]
+    for role, setting in (("watcher", "WATCHER"), ("worker", "WORKER"), ("web", "")):
         pod = deployments[f"django-crd-operator-{role}"]["spec"]["template"]
         (container,) = pod["spec"]["containers"]
-        port = "http" if role == "web" else "metrics"
-        assert port in {p["name"] for p in container["ports"]}
-        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
-        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        probe, metrics = ("http", "http") if role == "web" else ("probes", "metrics")
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert {probe, metrics} <= ports.keys()
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": probe}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": probe}
+        if setting:  # the ports the process serves them on, by its settings' defaults
+            defaults = {"WATCHER": (8081, 8443), "WORKER": (8082, 8444)}[setting]
+            assert (ports[probe], ports[metrics]) == defaults
+            assert env["RECONCILERS_METRICS_SECURE"] == "1"
         # A Service selects the pod and names the port, as the ServiceMonitor expects.
         assert any(s["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
-                   and port in {p["name"] for p in s["spec"]["ports"]}
+                   and metrics in {p["name"] for p in s["spec"]["ports"]}
                    and s["metadata"]["labels"]["app.kubernetes.io/name"] == "django-crd-operator"
                    for s in services), role
     # The optional beat (large installs) serves nothing; only its own process knows it lives.
@@ -165,8 +176,14 @@ def test_every_pod_is_probed_over_http_and_its_metrics_port_is_discoverable():
     monitoring = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy" / "monitoring")],
                                 capture_output=True, text=True, check=True, timeout=60).stdout
     kinds = {d["kind"]: d for d in yaml.safe_load_all(monitoring) if d}
-    assert {e["port"] for e in kinds["ServiceMonitor"]["spec"]["endpoints"]} == {"metrics",
-                                                                                 "http"}
+    endpoints = {e["port"]: e for e in kinds["ServiceMonitor"]["spec"]["endpoints"]}
+    assert endpoints.keys() == {"metrics", "http"}
+    assert endpoints["metrics"]["scheme"] == "https"
+    assert endpoints["metrics"]["bearerTokenFile"].endswith("serviceaccount/token")
+    # Prometheus's ServiceAccount may `get` /metrics, which the secure port asks for.
+    assert kinds["ClusterRole"]["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert kinds["ClusterRoleBinding"]["roleRef"]["name"] == kinds["ClusterRole"]["metadata"][
+        "name"]
     dashboard = json.loads(kinds["ConfigMap"]["data"]["grafana-dashboard.json"])
     assert dashboard["uid"] == "django-crd-operator"
 
@@ -384,7 +401,8 @@ def _admits(policies: list[dict], pod_labels: dict, port_name: str) -> list:
 def test_network_policies_deny_ingress_but_where_it_is_needed():
     """Ingress denied to every pod of the namespace, then: the web port from anywhere, each
     `metrics` port from the monitoring namespace only, the webhook server's port (its caller,
-    the api-server, is no pod) from anywhere. Egress is left open (documented)."""
+    the api-server, is no pod) from anywhere; the `probes` ports to no pod (the kubelet asks
+    from the node). Egress is left open (documented)."""
     docs = _render()
     policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
     deny = [p for p in policies if p["spec"]["podSelector"] == {}]
@@ -394,8 +412,8 @@ def test_network_policies_deny_ingress_but_where_it_is_needed():
     pods = [d for d in docs if d["kind"] == "Deployment"] + [webhook]
     monitoring = [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "monitoring"}}}]
-    expected = {"web": {"http": [None]}, "watcher": {"metrics": [monitoring]},
-                "worker": {"metrics": [monitoring]}, "webhook": {"https": [None]}}
+    expected = {"web": {"http": [None]}, "watcher": {"metrics": [monitoring], "probes": []},
+                "worker": {"metrics": [monitoring], "probes": []}, "webhook": {"https": [None]}}
     for pod in pods:
         template = pod["spec"]["template"]
         labels = template["metadata"]["labels"]

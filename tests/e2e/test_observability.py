@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconcilers.models import CapabilityEvidence, ReconcileRecord
-from tests.helpers import free_port, http_get
+from tests.helpers import free_port, http_get, https_get
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -399,3 +399,39 @@ def test_a_worker_that_stays_stalled_ends_itself_and_its_successor_runs_the_key(
     operator.start_worker(concurrency=2, pool="threads")  # what compose's restart does
     _eventually(lambda: _assert(ReconcileRecord.objects.filter(name="outlived").exists()),
                 timeout=60, what="the waiting key run by the new worker")
+
+
+def test_secure_metrics_are_served_over_https_to_allowed_tokens_only(operator, metrics_tokens):
+    """``RECONCILERS_METRICS_SECURE``: the watcher's and the worker's ``/metrics`` move to an
+    HTTPS port of their own and answer a bearer token the api-server authenticates and allows
+    ``get`` on ``/metrics``, as controller-runtime's secure metrics; their probes stay plain,
+    and the probe port no longer gives ``/metrics`` away."""
+    ports = {role: (free_port(), free_port()) for role in ("watcher", "worker")}
+    operator.env["RECONCILERS_METRICS_SECURE"] = "1"
+    for role, (probe, secure) in ports.items():
+        operator.env[f"OPERATOR_{role.upper()}_HTTP_PORT"] = str(probe)
+        operator.env[f"OPERATOR_{role.upper()}_METRICS_PORT"] = str(secure)
+    watcher = operator.start_watcher(PROBE)
+    operator.start_worker(concurrency=2, pool="threads")
+    scraper, stranger = metrics_tokens["scraper"], metrics_tokens["stranger"]
+    families = {}
+    for role, (probe, secure) in ports.items():
+        def scraped() -> None:
+            status, body, _ = https_get(secure, "/metrics", scraper)
+            assert status == 200, (role, status, body)
+            families[role] = {f.name for f in text_string_to_metric_families(body)}
+
+        _eventually(scraped, timeout=30, what=f"the {role}'s secure /metrics")
+        status, body, _ = https_get(secure, "/metrics", stranger)
+        assert status == 403 and "may not get /metrics" in body, (role, body)
+        for token in (None, "not-a-token"):
+            status, _, headers = https_get(secure, "/metrics", token)
+            assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer"), role
+        status, body = http_get(probe, "/metrics")
+        assert status == 404 and f"HTTPS on port {secure}" in body, (role, body)
+        assert http_get(probe, "/healthz")[0] == 200, role
+        _eventually(lambda: _assert(http_get(probe, "/readyz")[0] == 200), timeout=30,
+                    what=f"the {role}'s readiness")
+    assert {"operator_leader", "workqueue_depth"} <= families["watcher"]
+    assert "controller_runtime_active_workers" in families["worker"]
+    assert "watcher: refused a scrape from 127.0.0.1 (403)" in watcher.log()

@@ -316,3 +316,41 @@ def test_cluster_scoped_needs_go_in_the_cluster_role_and_the_rest_in_each_role(s
         r for rules in by.values() if rules for r in rules)
     assert {"apiGroups": [""], "resources": ["secrets", "nodes/proxy"],
             "verbs": ["get"]} in cluster["rules"]
+
+
+def test_secure_metrics_add_the_rights_to_review_scrapes_and_they_suffice(
+        kube, stack, namespace, metrics_tokens, settings, tmp_path):
+    """With ``RECONCILERS_METRICS_SECURE`` the generated role lets the operator's
+    ServiceAccount, holding nothing else, review a scrape's token and access; without it the
+    role grants neither."""
+    from reconcilers._kube import reviews
+
+    def review_rules(docs: list[dict]) -> list[dict]:
+        return [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]
+                if {"tokenreviews", "subjectaccessreviews"} & set(r["resources"])]
+
+    name = f"metrics-{namespace}"
+    assert review_rules(rbac.manifests([], name)) == []
+    settings.RECONCILERS_METRICS_SECURE = True
+    assert review_rules(rbac.manifests([], name)) == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+         "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+         "verbs": ["create"]}]
+    # The same rules in a namespaced layout: cluster-scoped, so in its ClusterRole.
+    assert review_rules(rbac.manifests([], name, "operator", namespace, ["team-a"])) == \
+        review_rules(rbac.manifests([], name))
+    client.CoreV1Api(kube).create_namespaced_service_account(
+        namespace, {"metadata": {"name": "operator"}})
+    _apply(kube, rbac.manifests([], name, "operator", namespace))
+    try:
+        api = config.new_client_from_config(
+            config_file=_kubeconfig(kube, stack, namespace, tmp_path / "kubeconfig"))
+        reviewer = reviews.Reviewer(api)
+        # RBAC is seen by the api-server's informers a moment after the binding is made.
+        wait_for(lambda: reviewer.decide(f"Bearer {metrics_tokens['scraper']}").allowed,
+                 timeout=30, what="the operator's ServiceAccount to review the scraper")
+        assert reviewer.decide(f"Bearer {metrics_tokens['stranger']}").status == 403
+        api.close()
+    finally:
+        _delete_cluster_scoped(kube, name)
