@@ -6,9 +6,11 @@ A floor is a promise: a project may install exactly it. So every floor is instal
 run on it, as they run on the lock's versions everywhere else. The unit suite leaves out its
 slow tests (a dropped network under a database connection, with iptables; the ledger under
 many threads): they take minutes and tools of their own, and test PostgreSQL's behaviour
-more than a library's interface. A floor below what the code needs (a
-Celery without ``Consumer.call_soon_ack``, a kombu without ``Producer.batch``) fails here; so
-does one no install can have (a dependency's own floor above it).
+more than a library's interface.
+
+A floor below what the code needs (a Celery without ``Consumer.call_soon_ack``, a kombu without
+``Producer.batch``) fails here; so does one no install can have (a dependency's own floor
+above it).
 
 The virtualenv is kept in the build cache (``~/.cache/django-crd-operator``), keyed by what it
 was made from: the declared dependencies, the interpreter and uv's version. A change to any
