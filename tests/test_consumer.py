@@ -82,3 +82,13 @@ def test_an_acknowledgement_on_a_connection_whose_transport_lost_its_client_is_d
 def test_any_other_attribute_error_in_an_acknowledgement_is_not_swallowed():
     with pytest.raises(AttributeError, match="no_such_attribute"):
         _guarded(_unrelated_error)()
+
+
+def test_celery_settles_messages_through_the_method_the_guard_overrides():
+    """The acknowledgement guard overrides ``Consumer.call_soon_ack``, through which Celery
+    5.7 runs every acknowledgement and rejection. A Celery without it never calls the
+    override: the guard would be silently absent."""
+    import inspect
+
+    assert "call_soon_ack" in vars(CeleryConsumer)
+    assert "call_soon_ack" in inspect.getsource(CeleryConsumer.create_task_handler)
