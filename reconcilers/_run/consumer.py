@@ -11,11 +11,14 @@ or the acknowledgement of a run that ends afterwards - makes kombu build a clien
 dropped one: an ``AttributeError``, not a connection error, so it leaves Celery's handling
 and the worker logs "Unrecoverable error" and exits.
 
-Here that error ends the close or the acknowledgement (or rejection) with a warning, and
-Celery reconnects as for any connection loss. Nothing is lost: Redis still holds the
-unacknowledged message and gives it back after its visibility timeout, the ledger sends
-the key again long before (its reaper, past ``RECONCILERS_REDISPATCH_AFTER``), and a message
-of a run that already ended is stale to the ledger and dropped.
+Here that error - and only it: raised by kombu's Redis channel building its connection
+parameters while the transport's client is ``None`` (``Channel._connparams``) - ends the
+close or the acknowledgement (or rejection) with a warning, and Celery reconnects as for any
+connection loss. Any other ``AttributeError`` is a bug and goes on as Celery has it. Nothing
+is lost: Redis still holds the unacknowledged message and gives it back after its visibility
+timeout, the ledger sends the key again long before (its reaper, past
+``RECONCILERS_REDISPATCH_AFTER``), and a message of a run that already ended is stale to the
+ledger and dropped.
 
 A second guard keeps the worker reading after an acknowledgement fails while its consuming
 connection survives (a reset of the connection the acknowledgement took, while a busy
@@ -36,7 +39,7 @@ import logging
 from typing import Callable
 
 from celery.worker.consumer import Consumer as CeleryConsumer
-from kombu.transport import virtual
+from kombu.transport import redis as redis_transport, virtual
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ class Consumer(CeleryConsumer):
         try:
             super().on_connection_error_after_connected(exc)
         except AttributeError as error:
+            if not _from_a_dropped_client(error):
+                raise
             # Raised by the close of the lost connection, which Celery has already dropped
             # (self.connection is None); it reconnects next.
             log.warning("closing the lost broker connection failed (%r); reconnecting: its "
@@ -70,12 +75,27 @@ def _guarded(settle: Callable) -> Callable:
         try:
             return settle(*args, **kwargs)
         except AttributeError as error:
+            if not _from_a_dropped_client(error):
+                raise
             log.warning("could not settle a message taken on a lost broker connection (%r); "
                         "Redis gives it back after its visibility timeout, stale by then to "
                         "the ledger", error)
         finally:
             _free_slot(message)
     return guarded
+
+
+def _from_a_dropped_client(error: AttributeError) -> bool:
+    """Whether ``error`` is the one the guards are for: raised where kombu's Redis channel
+    reads its connection parameters (``Channel._connparams``) from a transport whose client -
+    the kombu ``Connection`` - was dropped by Celery's collect of the lost connection."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code.co_name != "_connparams":
+        return False
+    channel = tb.tb_frame.f_locals.get("self")
+    return isinstance(channel, redis_transport.Channel) and channel.connection.client is None
 
 
 def _free_slot(message) -> None:
