@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,7 @@ def self_signed(hosts: Sequence[str], days: int = 365) -> tuple[bytes, bytes]:
     now = datetime.datetime.now(datetime.timezone.utc)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{hosts[0]} metrics")])
-    sans = [x509.IPAddress(ipaddress.ip_address(h)) if _is_ip(h) else x509.DNSName(h)
-            for h in dict.fromkeys(hosts)]
+    sans = subject_names(dict.fromkeys(hosts))
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -146,6 +145,15 @@ def self_signed(hosts: Sequence[str], days: int = 365) -> tuple[bytes, bytes]:
     return (cert.public_bytes(serialization.Encoding.PEM),
             key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                               serialization.NoEncryption()))
+
+
+def subject_names(hosts: Iterable[str]) -> list:
+    """A certificate's SubjectAlternativeName entries for ``hosts``: an IP address as one, any
+    other host as a DNS name (a client checks an IP against IP entries only)."""
+    from cryptography import x509
+
+    return [x509.IPAddress(ipaddress.ip_address(h)) if _is_ip(h) else x509.DNSName(h)
+            for h in hosts]
 
 
 def _is_ip(host: str) -> bool:

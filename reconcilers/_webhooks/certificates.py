@@ -11,10 +11,11 @@ to expire. In a cluster a Secret (or cert-manager) provides the pair instead, an
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+from reconcilers._base import tls
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,7 @@ def ensure_certificates(directory: Path, hosts: Sequence[str]) -> Certificates:
                                        encipher_only=False, decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.IPAddress(ipaddress.ip_address(h)) if _is_ip(h) else x509.DNSName(h)
-             for h in hosts]
+    names = tls.subject_names(hosts)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
             .issuer_name(ca_name).public_key(key.public_key())
@@ -72,14 +72,6 @@ def ensure_certificates(directory: Path, hosts: Sequence[str]) -> Certificates:
                                           serialization.NoEncryption()))
     out.key.chmod(0o600)
     return out
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _covers(pem: bytes, hosts: Sequence[str]) -> bool:
