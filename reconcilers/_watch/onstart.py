@@ -45,7 +45,7 @@ import logging
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from django.apps import apps
 from django.conf import settings as django_settings
@@ -153,7 +153,7 @@ def _settings_digest(names: frozenset[str]) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
 
-def _plain_settings(names: Iterable[str], value_of: Any) -> dict[str, Any]:
+def _plain_settings(names: Iterable[str], value_of: Callable[[str], Any]) -> dict[str, Any]:
     """``{name: value}`` of the settings ``names`` whose values are plain data, credentials
     left out (``value_of(name)`` reads one)."""
     plain = {}
