@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from reconcilers._base.environ import load_env_file
+from reconcilers.conf import load_env_file
 
 from reconcilers.devstack import config
 

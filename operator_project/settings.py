@@ -13,8 +13,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from reconcilers._base.environ import (env_bool, env_float, env_int, env_list, load_env_file,
-                                       parse_database_url)
+from reconcilers.conf import (env_bool, env_float, env_int, env_list, load_env_file,
+                              parse_database_url)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -229,9 +229,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "reconcilers._base.logs.JsonFormatter"},
+        "json": {"()": "reconcilers.conf.JsonFormatter"},
     },
-    "filters": {"run": {"()": "reconcilers._base.logs.RunFields"}},
+    "filters": {"run": {"()": "reconcilers.conf.RunFields"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
                     "filters": ["run"]},

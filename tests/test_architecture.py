@@ -5,6 +5,7 @@ it; three public doors for authors; 0 import circles."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -93,11 +94,12 @@ LAYERS: list[set[str]] = [
     {"_authoring"},                             # what an author declares; manifests from it
     {"_queue"},                                 # the work ledger and what feeds it
     {"_watch", "_run", "_webhooks"},            # watching, running, webhooks
-    {"api", "testing", "apps", "urls", "admin", "management"},  # the faces
+    {"api", "testing", "conf", "apps", "urls", "admin", "management"},  # the faces
     {"contrib"},                                # samples, written as a user writes them
 ]
 WINGS = {"_base", "_kube", "_authoring", "_queue", "_watch", "_run", "_webhooks"}
-PUBLIC = {"api", "resources", "testing"}
+# Three doors for authors, and one for a project's settings (``conf``).
+PUBLIC = {"api", "resources", "testing", "conf"}
 # Django finds these by name: the app config, models, admin, migrations, commands, templates and
 # the URLs a project includes.
 DJANGO = {"apps", "models", "admin", "migrations", "management", "templates", "urls"}
@@ -148,10 +150,11 @@ def test_authors_samples_use_only_the_public_doors():
 def test_the_public_doors_export_only_what_they_name():
     """``from reconcilers.api import *`` gives an author exactly its ``__all__``."""
     import reconcilers.api as api
+    import reconcilers.conf as conf
     import reconcilers.resources as resources
     import reconcilers.testing as testing
 
-    for door in (api, resources, testing):
+    for door in (api, resources, testing, conf):
         assert door.__all__, door.__name__
         missing = [n for n in door.__all__ if not hasattr(door, n)]
         assert missing == [], door.__name__
@@ -276,3 +279,30 @@ def test_no_module_assigns_into_another():
     tasks pass Celery's soft-limit exception to the runner - or registered through a
     function the owner provides (``workqueue.set_sender``)."""
     assert _module_writes() == []
+
+
+# What a user copies: the ready-to-run project and the docs. Neither may name a private module
+# of the app, in an import or in a dotted path a setting holds (``LOGGING``'s ``"()"``).
+USERS_COPY = [*(APP.parent / "operator_project").glob("*.py"), APP.parent / "README.md",
+              *(APP.parent / "docs").rglob("*.md")]
+_PRIVATE_PATH = re.compile(r"\breconcilers\._[a-z]")
+
+
+def _private_paths(paths) -> list[str]:
+    return [f"{path.name}:{n}: {line.strip()}" for path in paths
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if _PRIVATE_PATH.search(line)]
+
+
+def test_the_project_and_the_docs_name_no_private_module():
+    """A project's settings import ``reconcilers.conf``, its ``LOGGING`` names
+    ``reconcilers.conf.JsonFormatter``; a private module may move in any release."""
+    assert _private_paths(USERS_COPY) == []
+
+
+def test_a_private_path_in_a_settings_string_is_found(tmp_path):
+    planted = tmp_path / "settings.py"
+    planted.write_text('LOGGING = {"formatters": {"json": {"()": '
+                       '"reconcilers._base.logs.JsonFormatter"}}}\n'
+                       'from reconcilers.conf import env_int\n')
+    assert [p.split(":")[1] for p in _private_paths([planted])] == ["1"]
