@@ -85,8 +85,9 @@ def test_the_foo_bundle_passes_the_operator_frameworks_validation(tmp_path, vali
     result = validate(validator, out, "-operatorhub")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "permissions to create CRD" not in result.stdout  # OLM installs the CRDs
+    version = bundle.default_version(DEPLOY)  # deploy/'s image tag, the release's version
     assert result.stdout.splitlines()[-1] == (
-        "OK: django-crd-operator.v0.11.0 (package django-crd-operator, channels [alpha])")
+        f"OK: django-crd-operator.v{version} (package django-crd-operator, channels [alpha])")
 
 
 def test_the_validator_catches_a_bundle_missing_its_crd(tmp_path, validator):
@@ -185,7 +186,8 @@ def test_the_install_strategy_is_deploys_deployments_with_the_generated_rbac():
     assert "manage.py migrate" in " ".join(init["command"])
     assert init["image"] == "registry.example.com/team/op:1.2.3"
     # The Lease lives in whatever namespace OLM installs into.
-    watcher_env = {e["name"]: e for e in pods["django-crd-operator-watcher"]["containers"][0]["env"]}
+    (watcher,) = pods["django-crd-operator-watcher"]["containers"]
+    watcher_env = {e["name"]: e for e in watcher["env"]}
     assert watcher_env["RECONCILERS_LEASE_NAMESPACE"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "metadata.namespace"}}
     assert strategy["spec"]["clusterPermissions"] == [{
@@ -202,7 +204,8 @@ def test_the_install_strategy_is_deploys_deployments_with_the_generated_rbac():
 
 def test_the_image_defaults_to_the_kustomizations():
     _, csv = foo_csv()
-    assert csv["metadata"]["annotations"]["containerImage"] == "django-crd-operator:0.11.0"
+    assert csv["metadata"]["annotations"]["containerImage"] == (
+        f"django-crd-operator:{bundle.default_version(DEPLOY)}")
 
 
 def test_the_csv_owns_the_reconcilers_crds_with_their_examples():
