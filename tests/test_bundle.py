@@ -72,8 +72,10 @@ def csv_of(out: Path) -> dict:
 def test_the_foo_bundle_passes_the_operator_frameworks_validation(tmp_path, validator):
     basic_install_runs()
     out = tmp_path / "bundle"
-    stdout, _ = bundle_command(out, "--provider", "Example Inc.")
+    stdout, stderr = bundle_command(out, "--provider", "Example Inc.")
     assert "capabilities: Basic Install (level 1; evidenced: 1)" in stdout
+    assert "Namespace django-crd-operator (OLM installs into the namespace" in stderr
+    assert "warning: the CSV owns the CRDs of the samples" in stderr
     csv = csv_of(out)
     assert csv["metadata"]["annotations"]["capabilities"] == "Basic Install"
     assert csv["metadata"]["annotations"][bundle.EVIDENCED_ANNOTATION] == "1"
@@ -200,6 +202,20 @@ def test_the_install_strategy_is_deploys_deployments_with_the_generated_rbac():
     assert [m["type"] for m in csv["spec"]["installModes"] if m["supported"]] == ["AllNamespaces"]
     assert any("Namespace django-crd-operator" in n for n in made.left_out)
     assert "django-crd-operator_v1_configmap.yaml" in made.manifests
+
+
+def test_bundling_a_sample_that_deploys_settings_turn_off_says_so(tmp_path):
+    made, _ = foo_csv()
+    (warning,) = made.warnings
+    assert warning.startswith(f"the CSV owns the CRDs of the samples ({FOO}), but ")
+    assert "sets OPERATOR_SAMPLES off" in warning
+
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    for path in DEPLOY.glob("*.yaml"):
+        (deploy / path.name).write_text(path.read_text().replace(
+            'OPERATOR_SAMPLES: "0"', 'OPERATOR_SAMPLES: "1"'))
+    assert bundle.build([registry.get_class(FOO)], deploy, options()).warnings == []
 
 
 def test_the_image_defaults_to_the_kustomizations():

@@ -92,12 +92,14 @@ class Options:
 
 @dataclass
 class Bundle:
-    """What is written: ``manifests/<file>`` documents, the annotations, and what was left
-    out of ``deploy/`` with the reason."""
+    """What is written: ``manifests/<file>`` documents, the annotations, what was left out
+    of ``deploy/`` with the reason, and what would keep the installed operator from running
+    the reconcilers the CSV names."""
 
     manifests: dict[str, dict] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def of_apps(classes: Iterable[type[Reconciler]], app_labels: Iterable[str]) -> list:
@@ -192,6 +194,7 @@ def build(classes: Iterable[type[Reconciler]], deploy_dir: Path, options: Option
         if kind in ("ClusterRoleBinding", "RoleBinding"):
             bound.update(s["name"] for s in doc.get("subjects") or []
                          if s.get("kind") == "ServiceAccount")
+    out.warnings.extend(_samples_off(classes, documents))
     if not deployments:
         raise BundleError(f"{deploy_dir / 'kustomization.yaml'} lists no Deployment: the CSV "
                           f"installs the operator's Deployments")
@@ -343,6 +346,21 @@ def _deployments(deployments: list[dict], jobs: list[dict], images: dict[str, st
                           f"Deployment uses: OLM installs no Job, so the bundle runs a Job's "
                           f"containers first in the Deployment that shares its ServiceAccount")
     return specs
+
+
+def _samples_off(classes: list[type[Reconciler]],
+                 documents: list[tuple[str, dict]]) -> list[str]:
+    """A bundled sample's reconciler runs only where ``OPERATOR_SAMPLES`` is on, and the
+    Deployments read it from deploy/'s ConfigMap."""
+    samples = [cls.name() for cls in classes if crds.is_sample(cls)]
+    off = [source for source, doc in documents if doc.get("kind") == "ConfigMap"
+           and str((doc.get("data") or {}).get("OPERATOR_SAMPLES", "0")).lower()
+           in ("0", "false", "no", "off", "")]
+    if not samples or not off:
+        return []
+    return [f"the CSV owns the CRDs of the samples ({', '.join(samples)}), but {off[0]} sets "
+            f"OPERATOR_SAMPLES off: the installed operator would not reconcile them. Set it "
+            f"to 1 there, or bundle your own apps"]
 
 
 def _installs_crds(rule: dict) -> bool:

@@ -76,6 +76,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         for note in made.left_out:
             self.stderr.write(f"left out {note}")
+        for warning in made.warnings:
+            self.stderr.write(f"warning: {warning}")
         if reasons:
             self.stderr.write(f"claiming level {level} beyond the evidence (evidenced: "
                               f"{evidenced}), as --force asked; the CSV says so in "
