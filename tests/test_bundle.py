@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from reconcilers._authoring import bundle, rbac
+from reconcilers._authoring import bundle, deploydir, rbac
 from reconcilers._authoring.registry import registry
 from reconcilers._run import evidence
 from reconcilers.models import ReconcileRecord
@@ -87,7 +87,7 @@ def test_the_foo_bundle_passes_the_operator_frameworks_validation(tmp_path, vali
     result = validate(validator, out, "-operatorhub")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "permissions to create CRD" not in result.stdout  # OLM installs the CRDs
-    version = bundle.default_version(DEPLOY)  # deploy/'s image tag, the release's version
+    version = deploydir.default_version(DEPLOY)  # deploy/'s image tag, the release's version
     assert result.stdout.splitlines()[-1] == (
         f"OK: django-crd-operator.v{version} (package django-crd-operator, channels [alpha])")
 
@@ -221,7 +221,7 @@ def test_bundling_a_sample_that_deploys_settings_turn_off_says_so(tmp_path):
 def test_the_image_defaults_to_the_kustomizations():
     _, csv = foo_csv()
     assert csv["metadata"]["annotations"]["containerImage"] == (
-        f"django-crd-operator:{bundle.default_version(DEPLOY)}")
+        f"django-crd-operator:{deploydir.default_version(DEPLOY)}")
 
 
 def test_the_csv_owns_the_reconcilers_crds_with_their_examples():

@@ -23,7 +23,6 @@ is refused rather than bundled into something that watches others.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -33,7 +32,8 @@ from typing import Any, Iterable
 import yaml
 from django.apps import apps
 
-from reconcilers._authoring import crds, rbac
+from reconcilers._authoring import crds, deploydir, rbac
+from reconcilers._authoring.deploydir import BundleError
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base.capability_levels import LEVELS
 from reconcilers.resources.base import Resource
@@ -46,25 +46,9 @@ LEVEL_NAMES = {level: name for level, name, _summary, _criteria in LEVELS}
 EVIDENCED_ANNOTATION = "django-crd-operator.io/evidenced-level"
 UNEVIDENCED_ANNOTATION = "django-crd-operator.io/unevidenced-claim"
 
-# Kinds of deploy/ that go into manifests/ as they are (OLM applies them in the install
-# namespace); the others are turned into the CSV's fields or left out, saying why.
-PLAIN_KINDS = {"ConfigMap", "Service", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"}
-LEFT_OUT = {
-    "Namespace": "OLM installs into the namespace of the OperatorGroup",
-    "ServiceAccount": "OLM creates the CSV's ServiceAccounts",
-    "ClusterRole": "the CSV's clusterPermissions replace it",
-    "ClusterRoleBinding": "the CSV's clusterPermissions replace it",
-    "Role": "the CSV's permissions replace it",
-    "RoleBinding": "the CSV's permissions replace it",
-    "NetworkPolicy": "not a kind every OLM release installs from a bundle; apply it yourself",
-}
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                     r"(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-class BundleError(Exception):
-    """The bundle cannot be made as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -118,20 +102,6 @@ def of_apps(classes: Iterable[type[Reconciler]], app_labels: Iterable[str]) -> l
     return chosen
 
 
-def default_version(deploy_dir: Path) -> str:
-    """deploy/'s image tag: the release's version (its kustomization keeps them equal)."""
-    path = deploy_dir / "kustomization.yaml"
-    if not path.is_file():
-        raise BundleError(f"{path} does not exist: pass --deploy DIR (the kustomization whose "
-                          f"Deployments the CSV installs)")
-    images = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("images") or []
-    tags = [str(i["newTag"]) for i in images if i.get("newTag")]
-    if not tags:
-        raise BundleError(f"{path} sets no image tag to take the version from: pass "
-                          f"--bundle-version")
-    return tags[0]
-
-
 def check_options(options: Options) -> None:
     """Refuse what OLM would refuse later, with the reason now."""
     if not DNS_LABEL.match(options.package) or len(options.package) > 63:
@@ -171,36 +141,15 @@ def build(classes: Iterable[type[Reconciler]], deploy_dir: Path, options: Option
         if doc is not None:
             spec = doc["spec"]
             out.manifests[f"{spec['group']}_{spec['names']['plural']}.yaml"] = doc
-    documents, images = _read_deploy(deploy_dir)
-    image = options.image
-    deployments, jobs, bound = [], [], set()
-    for source, doc in documents:
-        kind = doc.get("kind")
-        name = (doc.get("metadata") or {}).get("name", "")
-        if kind == "Deployment":
-            deployments.append(doc)
-        elif kind == "Job":
-            jobs.append(doc)
-        elif kind in PLAIN_KINDS:
-            plain = _rename_images(copy.deepcopy(doc), images, image)
-            plain.get("metadata", {}).pop("namespace", None)
-            group_version = doc["apiVersion"].replace("/", "_")
-            out.manifests[f"{name}_{group_version}_{kind.lower()}.yaml"] = plain
-        elif kind in LEFT_OUT:
-            out.left_out.append(f"{source}: {kind} {name} ({LEFT_OUT[kind]})")
-        else:
-            raise BundleError(f"{source}: a {kind} cannot go in an OLM bundle; take it out of "
-                              f"{deploy_dir / 'kustomization.yaml'} or apply it yourself")
-        if kind in ("ClusterRoleBinding", "RoleBinding"):
-            bound.update(s["name"] for s in doc.get("subjects") or []
-                         if s.get("kind") == "ServiceAccount")
-    out.warnings.extend(_samples_off(classes, documents))
-    if not deployments:
-        raise BundleError(f"{deploy_dir / 'kustomization.yaml'} lists no Deployment: the CSV "
-                          f"installs the operator's Deployments")
-    specs = _deployments(deployments, jobs, images, image)
+    found = deploydir.read(deploy_dir, options.image)
+    for name, doc in found.plain.items():
+        out.manifests[name] = doc
+    out.left_out.extend(found.left_out)
+    out.warnings.extend(deploydir.samples_off(classes, found.config_maps))
+    specs = found.deployments
     accounts = sorted({d["spec"]["template"]["spec"].get("serviceAccountName", "default")
                        for d in specs})
+    bound = found.bound
     if not bound & set(accounts):
         raise BundleError(f"no ClusterRoleBinding in {deploy_dir} binds a ServiceAccount of its "
                           f"Deployments ({', '.join(accounts)}): the bundle grants the "
@@ -268,99 +217,6 @@ def _crd(cls: type[Reconciler]) -> dict | None:
                           f"which this bundle does not write. Install that CRD and its webhook "
                           f"server as deploy/webhook does")
     return doc
-
-
-def _read_deploy(deploy_dir: Path) -> tuple[list[tuple[str, dict]], dict[str, str]]:
-    """Every document the kustomization lists, with its file, and its ``images`` as
-    name -> the reference it sets."""
-    kustomization = deploy_dir / "kustomization.yaml"
-    if not kustomization.is_file():
-        raise BundleError(f"{kustomization} does not exist: the bundle's Deployments and "
-                          f"objects come from the manifests a kustomization lists (pass "
-                          f"--deploy DIR)")
-    spec = yaml.safe_load(kustomization.read_text(encoding="utf-8")) or {}
-    images = {}
-    for entry in spec.get("images") or []:
-        ref = entry.get("newName") or entry["name"]
-        if entry.get("digest"):
-            ref += f"@{entry['digest']}"
-        elif entry.get("newTag"):
-            ref += f":{entry['newTag']}"
-        images[entry["name"]] = ref
-    documents = []
-    for resource in spec.get("resources") or []:
-        path = deploy_dir / resource
-        if not path.is_file():
-            raise BundleError(f"{kustomization} lists {resource}, which is not a file here "
-                              f"(only files are read, not other kustomizations)")
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if doc:
-                documents.append((str(path), doc))
-    return documents, images
-
-
-def _rename_images(doc: Any, images: dict[str, str], image: str | None) -> Any:
-    """Each container image the kustomization renames, set to ``image`` or its reference."""
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            if key == "image" and isinstance(value, str) and value in images:
-                doc[key] = image or images[value]
-            else:
-                _rename_images(value, images, image)
-    elif isinstance(doc, list):
-        for item in doc:
-            _rename_images(item, images, image)
-    return doc
-
-
-def _deployments(deployments: list[dict], jobs: list[dict], images: dict[str, str],
-                 image: str | None) -> list[dict]:
-    """The CSV's deployment specs. The Lease's namespace is the pod's own (OLM's install
-    namespace, whatever deploy/'s ConfigMap says), and each Job's containers run first, as
-    init containers of the Deployment with the Job's ServiceAccount."""
-    by_account = {}
-    for job in jobs:
-        pod = job["spec"]["template"]["spec"]
-        by_account.setdefault(pod.get("serviceAccountName", "default"), []).extend(
-            copy.deepcopy(pod.get("containers") or []))
-    specs = []
-    for doc in deployments:
-        spec = _rename_images(copy.deepcopy(doc["spec"]), images, image)
-        pod = spec["template"]["spec"]
-        account = pod.get("serviceAccountName", "default")
-        if by_account.get(account):
-            pod["initContainers"] = [*(pod.get("initContainers") or []),
-                                     *_rename_images(by_account.pop(account), images, image)]
-        for container in pod.get("containers") or []:
-            env = [e for e in container.get("env") or []
-                   if e.get("name") != "RECONCILERS_LEASE_NAMESPACE"]
-            env.append({"name": "RECONCILERS_LEASE_NAMESPACE",
-                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
-            container["env"] = env
-        entry = {"name": doc["metadata"]["name"], "spec": spec}
-        if (doc["metadata"].get("labels")):
-            entry["label"] = dict(doc["metadata"]["labels"])
-        specs.append(entry)
-    if by_account:
-        raise BundleError(f"a Job of deploy/ runs as {', '.join(sorted(by_account))}, which no "
-                          f"Deployment uses: OLM installs no Job, so the bundle runs a Job's "
-                          f"containers first in the Deployment that shares its ServiceAccount")
-    return specs
-
-
-def _samples_off(classes: list[type[Reconciler]],
-                 documents: list[tuple[str, dict]]) -> list[str]:
-    """A bundled sample's reconciler runs only where ``OPERATOR_SAMPLES`` is on, and the
-    Deployments read it from deploy/'s ConfigMap."""
-    samples = [cls.name() for cls in classes if crds.is_sample(cls)]
-    off = [source for source, doc in documents if doc.get("kind") == "ConfigMap"
-           and str((doc.get("data") or {}).get("OPERATOR_SAMPLES", "0")).lower()
-           in ("0", "false", "no", "off", "")]
-    if not samples or not off:
-        return []
-    return [f"the CSV owns the CRDs of the samples ({', '.join(samples)}), but {off[0]} sets "
-            f"OPERATOR_SAMPLES off: the installed operator would not reconcile them. Set it "
-            f"to 1 there, or bundle your own apps"]
 
 
 def _installs_crds(rule: dict) -> bool:

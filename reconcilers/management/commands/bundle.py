@@ -16,7 +16,7 @@ from pathlib import Path
 from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 
-from reconcilers._authoring import bundle
+from reconcilers._authoring import bundle, deploydir
 from reconcilers._authoring.registry import registry
 from reconcilers._base.conf import settings
 from reconcilers._run import evidence
@@ -66,7 +66,7 @@ class Command(BaseCommand):
                 raise CommandError(_refusal(level, evidenced, reasons, claim_level is None))
             made = bundle.build(classes, deploy, bundle.Options(
                 package=options["package"], channels=channels,
-                version=options["bundle_version"] or bundle.default_version(deploy),
+                version=options["bundle_version"] or deploydir.default_version(deploy),
                 default_channel=options["default_channel"] or channels[0],
                 claim=bundle.Claim(level, evidenced, tuple(reasons)), image=options["image"],
                 display_name=options["display_name"], description=options["description"],
@@ -90,8 +90,9 @@ class Command(BaseCommand):
 
 def _refusal(level: int, evidenced: int, reasons: list[str], by_default: bool) -> str:
     asked = "the least a CSV can claim" if by_default else "as asked"
+    lower = f"claim --claim-level {evidenced}, " if evidenced else ""
     return (f"the evidence does not reach level {level} ({bundle.LEVEL_NAMES[level]}, {asked}); "
             f"the evidenced level is {evidenced}:\n  " + "\n  ".join(reasons)
             + "\nRun the operator until its runs show it (the admin's Reconcilers page lists "
-              "what is missing), claim a lower --claim-level, or add --force to claim it "
+              f"what is missing), {lower}or add --claim-level {level} --force to claim it "
               "anyway (the CSV then says it is not evidenced)")
