@@ -262,6 +262,31 @@ def test_a_deploy_dir_without_a_kustomization_is_refused(tmp_path):
         bundle.build([registry.get_class(FOO)], tmp_path, options())
 
 
+def test_a_crd_converting_through_a_webhook_is_refused():
+    from reconcilers.api import Reconciler
+    from tests.operatorapp.resources import Gauge
+
+    class GaugeReconciler(Reconciler):  # not registered: only its declaration is read
+        resource = Gauge
+
+    with pytest.raises(bundle.BundleError, match="converts through a webhook: OLM serves"):
+        bundle.build([GaugeReconciler], DEPLOY, options())
+
+
+def test_a_kind_no_bundle_can_hold_is_refused_naming_its_file(tmp_path):
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    for path in DEPLOY.glob("*.yaml"):
+        (deploy / path.name).write_text(path.read_text())
+    (deploy / "ingress.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web}\n")
+    (deploy / "kustomization.yaml").write_text(
+        (deploy / "kustomization.yaml").read_text().replace(
+            "  - web.yaml\n", "  - web.yaml\n  - ingress.yaml\n"))
+    with pytest.raises(bundle.BundleError, match="ingress.yaml: Ingress web cannot go in an OLM bundle"):
+        bundle.build([registry.get_class(FOO)], deploy, options())
+
+
 def test_writing_again_removes_files_of_an_earlier_bundle(tmp_path):
     made, _ = foo_csv()
     (tmp_path / "manifests").mkdir()

@@ -86,7 +86,8 @@ class Bundle:
     warnings: list[str] = field(default_factory=list)
 
 
-def of_apps(classes: Iterable[type[Reconciler]], app_labels: Iterable[str]) -> list:
+def of_apps(classes: Iterable[type[Reconciler]],
+            app_labels: Iterable[str]) -> list[type[Reconciler]]:
     """The reconcilers declared in these apps (all of ``classes`` when none is named)."""
     classes, labels = list(classes), list(app_labels)
     if not labels:

@@ -66,7 +66,7 @@ def read(deploy_dir: Path, image: str | None) -> Deployed:
         elif kind in LEFT_OUT:
             out.left_out.append(f"{source}: {kind} {name} ({LEFT_OUT[kind]})")
         else:
-            raise BundleError(f"{source}: a {kind} cannot go in an OLM bundle; take it out of "
+            raise BundleError(f"{source}: {kind} {name} cannot go in an OLM bundle; take it out of "
                               f"{deploy_dir / 'kustomization.yaml'} or apply it yourself")
         if kind in ("ClusterRoleBinding", "RoleBinding"):
             out.bound.update(s["name"] for s in doc.get("subjects") or []
