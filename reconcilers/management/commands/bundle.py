@@ -33,7 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--deploy", type=Path, default=None,
                             help="the kustomization whose Deployments the CSV installs "
                                  "(default: the project's deploy/)")
-        parser.add_argument("--package", default="django-crd-operator")
+        parser.add_argument("--package", default="django-crd-operator",
+                            help="the OLM package (default: django-crd-operator)")
         parser.add_argument("--bundle-version", default=None,
                             help="the CSV's version (default: deploy/'s image tag)")
         parser.add_argument("--channel", action="append", default=None,
