@@ -2,7 +2,7 @@
 # Tools only the test suite needs, from Debian's packages: Chromium for the admin's browser
 # test (driven by Playwright for Python with executable_path=/usr/bin/chromium; Playwright's
 # own browser download is never used), and iptables for the database's dead-peer test (it
-# drops a forwarder's packets). Idempotent.
+# drops a forwarder's packets), and the OLM bundle validator (below). Idempotent.
 set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
@@ -12,3 +12,6 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The OLM bundle validator (tests/test_bundle.py), built from the Go module proxy and cached by
+# version like the control plane.
+bash "$(dirname "${BASH_SOURCE[0]}")/../reconcilers/devstack/build-bundle-validator.sh" >/dev/null

@@ -201,3 +201,28 @@ def evidenced_level(scores: list[LevelScore]) -> int:
             break
         level = s.level
     return level
+
+
+def shortfall(reconcilers: Iterable[str], level: int) -> list[str]:
+    """Why the evidence does not reach ``level`` for these reconcilers (empty when it does):
+    for each one short of it, the first level it misses and the admin's reason, e.g.
+    ``foos.example.com: level 2 (Seamless Upgrades) not met: no successful run ...``.
+    An operator is as capable as its least capable reconciler, so each must reach it."""
+    reasons = []
+    for name in reconcilers:
+        for s in sorted(score(name), key=lambda s: s.level):
+            if s.level > level:
+                break
+            if not s.evidenced:
+                reasons.append(f"{name}: level {s.level} ({s.name}) {s.why}")
+                break
+    return reasons
+
+
+def claimable(reconcilers: list[str], level: int | None = None) -> tuple[int, int, list[str]]:
+    """The level an operator of these reconcilers may claim: ``level`` or, when None, the
+    highest every one's runs evidence (at least 1, the least a claim can be); with the level
+    they evidence together and why the evidence falls short of the claim (``shortfall``)."""
+    evidenced = min((evidenced_level(score(n)) for n in reconcilers), default=0)
+    wanted = level if level is not None else max(evidenced, 1)
+    return wanted, evidenced, shortfall(reconcilers, wanted)
