@@ -330,7 +330,8 @@ class FakeApiServer(kube.Offline):
                sub: str) -> dict:
         manager = query.get("fieldManager")
         if not manager:
-            raise Refused(400, "BadRequest", "PATCH /apply requires a fieldManager")
+            raise Refused(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: '
+                          "fieldManager: Required value: is required for apply patch")
         applied = self._checked_body(kind, body, name)
         if not applied.get("apiVersion") or not applied.get("kind"):
             raise Refused(400, "BadRequest", "apiVersion and kind must be set in an apply")
