@@ -40,6 +40,7 @@ The module imports nothing of Django at import time, so pytest can load it that 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -251,6 +252,13 @@ class FakeCluster(FakeApiServer):
         return found
 
 
+@functools.lru_cache(maxsize=None)
+def _manifest(path: str, mtime: float) -> dict:
+    """A CRD manifest, parsed once per version of the file (each test's cluster needs it; the
+    cluster copies what it is given)."""
+    return yaml.safe_load(Path(path).read_text())
+
+
 def _registered_crds() -> list[dict]:
     """The CRD of every registered reconciler's primary resource: from its typed resource, or
     the manifest its app ships."""
@@ -264,7 +272,7 @@ def _registered_crds() -> list[dict]:
         cls = registry.get_class(name)
         path = manifest_for(cls)
         if path is not None:
-            found[name] = yaml.safe_load(path.read_text())
+            found[name] = _manifest(str(path), path.stat().st_mtime)
         elif cls.resource is not None:
             found[name] = crd(cls.resource)
     return list(found.values())

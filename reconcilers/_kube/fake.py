@@ -155,9 +155,8 @@ class FakeApiServer(kube.Offline):
     def _route(self, method: str, path: str, query: dict, body: Any, content_type: str) -> Any:
         if path == "/version":
             return {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fake"}
-        for option in ("watch", "dryRun", "resourceVersionMatch", "limit", "continue"):
-            if query.get(option) not in (None, "", "false", "0") and not (
-                    option == "limit" and method == "GET"):
+        for option in ("watch", "dryRun", "resourceVersionMatch", "continue"):
+            if query.get(option) not in (None, "", "false", "0"):
                 raise NotModelled(f"the fake cluster does not model {option}= ({method} "
                                   f"{path})")
         kind, namespace, name, sub = self._parse(path)
@@ -219,6 +218,9 @@ class FakeApiServer(kube.Offline):
 
     def _list(self, kind: Kind, namespace: str, query: dict) -> dict:
         labels, fields = query.get("labelSelector") or "", query.get("fieldSelector") or ""
+        # Refused when malformed even if nothing would be listed, as the api-server does.
+        matches_labels(labels, {})
+        matches_fields(fields, {"metadata.name": "", "metadata.namespace": ""})
         items = []
         for (k, ns, name), obj in sorted(self._objects.items(), key=lambda e: e[0][1:]):
             if k != kind or (namespace and ns != namespace):
@@ -230,6 +232,10 @@ class FakeApiServer(kube.Offline):
                     shown.pop("apiVersion", None)
                     shown.pop("kind", None)
                 items.append(shown)
+        if str(query.get("limit") or "0").isdigit() and 0 < int(query.get("limit") or 0) \
+                < len(items):
+            raise NotModelled(f"the fake cluster does not model paginated lists (limit="
+                              f"{query['limit']} of {len(items)} {kind.qualified})")
         return {"apiVersion": kind.gvr.api_version, "kind": f"{kind.gvr.kind}List",
                 "metadata": {"resourceVersion": str(self._last)}, "items": items}
 
@@ -321,7 +327,7 @@ class FakeApiServer(kube.Offline):
                           f"the body of the request was in an unknown format: {content_type}")
         # A patch that names a resourceVersion is conditional on it.
         rv = (wanted.get("metadata") or {}).get("resourceVersion")
-        if rv != current["metadata"]["resourceVersion"]:
+        if rv and rv != current["metadata"]["resourceVersion"]:
             raise _modified(kind, name)
         return self._write(kind, current, wanted, query.get("fieldManager") or DEFAULT_MANAGER,
                            sub)
@@ -417,6 +423,7 @@ class FakeApiServer(kube.Offline):
                 raise Refused(422, "Invalid", f'{kind.gvr.kind} "{meta["name"]}" is invalid: '
                               "metadata.finalizers: Forbidden: no new finalizers can be added "
                               "if the object is being deleted")
+        before = self._managed.get(key, {})
         if wanted == current and ownership is None:
             return self._shown(kind, current)
         if ownership is None:
@@ -430,8 +437,11 @@ class FakeApiServer(kube.Offline):
                 p for p in taken if p[:1] != ("metadata",) or p[:2] in (
                     ("metadata", "labels"), ("metadata", "annotations"),
                     ("metadata", "finalizers"), ("metadata", "ownerReferences"))}
+        # managedFields are part of the object: a write that changes only who owns what (a
+        # second manager applying the same values) is a change, with a new resourceVersion.
+        ownership = {k: v for k, v in ownership.items() if v}
         self._managed[key] = ownership
-        if wanted == current:
+        if wanted == current and ownership == {k: v for k, v in before.items() if v}:
             return self._shown(kind, current)
         if kind.generation and _spec_of(wanted) != _spec_of(current):
             new_meta["generation"] = meta.get("generation", 1) + 1

@@ -144,9 +144,12 @@ def test_server_side_apply_owns_fields_conflicts_and_forces(targets):
 
     def scenario(t: Target) -> list:
         def apply(manager: str, replicas: int, force: bool = False, **meta: Any) -> Any:
+            """The answer, and whether the object's resourceVersion changed."""
             query = {"fieldManager": manager, **({"force": "true"} if force else {})}
-            return t.send("PATCH", FOOS + "/ssa", _foo("ssa", replicas, **meta), query=query,
-                          content_type=kube.APPLY_PATCH)[0]
+            before = _rv(t.get(FOOS + "/ssa"))
+            outcome = t.send("PATCH", FOOS + "/ssa", _foo("ssa", replicas, **meta),
+                             query=query, content_type=kube.APPLY_PATCH)[0]
+            return outcome, _rv(t.get(FOOS + "/ssa")) != before
 
         seen = [apply("alpha", 2, labels={"by": "alpha"}), managers(t)]
         seen.append(apply("beta", 3))  # conflict on spec.replicas
@@ -163,10 +166,12 @@ def test_server_side_apply_owns_fields_conflicts_and_forces(targets):
         seen.append(apply("alpha", 4, resourceVersion=rv))  # stale now
         seen.append(t.send("PATCH", FOOS + "/ssa", _foo("ssa", 1),
                            content_type=kube.APPLY_PATCH)[0])  # no fieldManager
+        seen.append(apply("alpha", 4))  # the same again: nothing changes
         return seen
 
     seen = _alike(targets, scenario)
-    assert seen[2] == (409, "Conflict") and seen[11] == {}
+    assert seen[2] == ((409, "Conflict"), False) and seen[11] == {}
+    assert seen[-1] == ("ok", False)
 
 
 def test_a_delete_waits_for_the_finalizers(targets):
