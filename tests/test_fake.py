@@ -141,3 +141,30 @@ def test_a_run_takes_a_cluster_or_an_api_not_both(cluster):
     with pytest.raises(TypeError, match="an api or a cluster"):
         reconcile_once("foos.samplecontroller.k8s.io", "default", "x", cluster=cluster,
                        api=cluster)
+
+
+def test_ctx_apply_and_delete_run_on_it_as_on_the_api_server():
+    """``ctx.apply`` sends its apply conditional on the child's uid and resourceVersion, and
+    ``ctx.delete`` with preconditions: the fake honours both."""
+    from reconcilers._base.vocab import GVR, Key
+    from reconcilers._kube.context import Context
+
+    cluster = FakeCluster(crds=[])
+    parent = cluster.create(_configmap("parent"))
+    ctx = Context(Key("parents", "default", "parent"), parent,
+                  primary=GVR.of("v1", "ConfigMap"), api=cluster)
+    desired = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "child", "labels": {"a": "1", "b": "2"}}, "data": {"k": "v"}}
+
+    made = ctx.apply(desired)
+    again = ctx.apply(desired)
+    assert again["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+    assert ctx.changed_children == ["ConfigMap/child"]  # the second apply changed nothing
+
+    desired["metadata"]["labels"] = {"a": "1"}
+    trimmed = ctx.apply(desired)
+    assert trimmed["metadata"]["labels"] == {"a": "1"}  # what it stopped applying is gone
+    assert [m["manager"] for m in trimmed["metadata"]["managedFields"]] == ["parents"]
+
+    assert ctx.delete("v1", "ConfigMap", "child") is True
+    assert ctx.delete("v1", "ConfigMap", "child") is False

@@ -2,8 +2,8 @@
 
 Pure data: no I/O, no store. Three patch types as the api-server applies them - a JSON merge
 patch (RFC 7386), a JSON patch (RFC 6902) and a server-side apply with its field ownership
-(``managedFields``) - and ``Refused``, the one error they raise, which the fake answers as
-the api-server's status code and reason.
+(``managedFields``) - and the fake's two errors: ``Refused``, which it answers as the
+api-server's status code and reason, and ``NotModelled``, for what it does not model.
 
 Field ownership works on sets of *field paths*: tuples of map keys down to a leaf. A list is
 one leaf (an atomic list, what a CRD's list is unless its schema says otherwise) except the
@@ -30,6 +30,11 @@ IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "name
             ("metadata", "creationTimestamp"), ("metadata", "deletionTimestamp")}
 
 Path = tuple
+
+
+class NotModelled(NotImplementedError):
+    """A request the fake cluster does not answer as the api-server would: the message names
+    what is not modelled. A test that meets it needs the real control plane."""
 
 
 class Refused(Exception):
@@ -242,6 +247,45 @@ def apply_merge(live: Any, applied: Any, path: Path = ()) -> Any:
     if isinstance(applied, list) and isinstance(live, list) and path in SETS:
         return list(live) + [i for i in applied if i not in live]
     return copy.deepcopy(applied)
+
+
+def apply(current: dict, applied: dict, ownership: dict[tuple, set], manager: str,
+          force: bool) -> tuple[dict, dict[tuple, set]]:
+    """``applied`` applied to ``current`` by ``manager``, and who owns what after it
+    (``ownership``: field paths by ``(manager, operation, subresource)``).
+
+    A field another manager owns with a different value is a conflict: 409 naming them all,
+    unless ``force`` takes them over. A field this manager applied before and applies no
+    longer is removed, unless another manager owns it too; a field whose value it applies as
+    it already is becomes shared."""
+    mine = (manager, "Apply", "")
+    ownership = {k: set(v) for k, v in ownership.items()}
+    new = owned(applied)
+    conflicts: dict[str, list] = {}
+    for other, paths in ownership.items():
+        if other[0] == manager:
+            continue
+        for path in sorted(new & paths, key=repr):
+            if value_at(applied, path) != value_at(current, path):
+                conflicts.setdefault(other[0], []).append(path)
+    if conflicts and not force:
+        message, causes = conflicts_message(conflicts)
+        raise Refused(409, "Conflict", message, causes)
+    for other, paths in ownership.items():
+        if other[0] in conflicts:
+            paths -= set(conflicts[other[0]])
+    wanted = copy.deepcopy(current)
+    shared = set().union(*(p for o, p in ownership.items() if o != mine))
+    for path in ownership.get(mine, set()) - new - shared:
+        remove_at(wanted, path)
+    meta = applied.get("metadata") or {}
+    wanted = apply_merge(wanted, {k: v for k, v in applied.items() if k != "metadata"})
+    wanted["metadata"] = apply_merge(
+        wanted["metadata"], {k: v for k, v in meta.items()
+                             if k not in ("uid", "resourceVersion", "managedFields")},
+        ("metadata",))
+    ownership[mine] = new
+    return wanted, ownership
 
 
 def changed(before: Any, after: Any) -> set[Path]:

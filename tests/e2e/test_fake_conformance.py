@@ -97,6 +97,14 @@ def test_writes_answer_with_the_same_codes_versions_and_generations(targets):
         seen += [outcome, made["metadata"]["generation"], made.get("status")]
         seen.append(t.send("POST", FOOS, _foo("one"))[0])  # AlreadyExists
         seen.append(t.send("GET", FOOS + "/missing")[0])  # NotFound
+        _, deployment = t.send("POST", "/apis/apps/v1/namespaces/{ns}/deployments", {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "web"}]}}},
+            "status": {"availableReplicas": 5}})
+        seen += [deployment["metadata"]["generation"], deployment["status"]]
+        seen.append(t.send("DELETE", "/apis/apps/v1/namespaces/{ns}/deployments/web")[1]["kind"])
 
         def write(method: str, body: Any, path: str = one, **options: Any) -> tuple:
             before = t.get(one)
