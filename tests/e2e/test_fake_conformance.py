@@ -97,6 +97,14 @@ def test_writes_answer_with_the_same_codes_versions_and_generations(targets):
         seen += [outcome, made["metadata"]["generation"], made.get("status")]
         seen.append(t.send("POST", FOOS, _foo("one"))[0])  # AlreadyExists
         seen.append(t.send("GET", FOOS + "/missing")[0])  # NotFound
+        seen.append(t.send("PUT", FOOS + "/missing", _foo("missing"))[0])
+        seen.append(t.send("POST", "/api/v1/namespaces/no-such-namespace/configmaps",
+                           _configmap("lost"))[0])
+        outcome, named = t.send("POST", CONFIGMAPS, {**_configmap(""), "metadata": {
+            "generateName": "made-"}})
+        seen += [outcome, named["metadata"]["name"].startswith("made-"),
+                 len(named["metadata"]["name"]) > len("made-")]
+        seen.append(t.send("POST", CONFIGMAPS, {**_configmap(""), "metadata": {}})[0])
         _, deployment = t.send("POST", "/apis/apps/v1/namespaces/{ns}/deployments", {
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
