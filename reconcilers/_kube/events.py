@@ -4,7 +4,9 @@ serves the same objects).
 
 One Event object per (object, type, reason, message); repeats make it a series, its count
 raised. At most one api-server write per such Event per ``WRITE_INTERVAL`` seconds: an error
-loop that emits the same warning on every retry costs a Redis increment, not an API call.
+loop that emits the same warning on every retry costs a Redis increment, not an API call. An
+offline api (a test's fake cluster, a replay) has no Redis beside it: there every repeat is
+written, its count read back from the Event.
 Failures to record an Event are logged, never raised - an Event is never worth failing a
 reconcile for.
 """
