@@ -14,6 +14,17 @@ follows - against the api-server ``KUBECONFIG`` names (or the ``api`` you pass),
 ledger, Celery or the watcher. Nothing is recorded in history. A reconcile that raises is not
 re-raised: its outcome and exception are in the ``Run``, as a worker would record them.
 
+``FakeCluster`` is an api-server in memory for unit tests, seeded with objects and run by
+the same code: ``reconcile_once(MyReconciler, "default", "example", cluster=cluster)`` reads
+and writes nothing else - no api-server, Redis or PostgreSQL - and takes milliseconds::
+
+    cluster = FakeCluster.from_yaml(FOO_YAML)
+    run = reconcile_once("foos.samplecontroller.k8s.io", "default", "example-foo",
+                         cluster=cluster)
+    assert cluster.get("apps/v1", "Deployment", "example-foo")["spec"]["replicas"] == 1
+
+What it models, and the ``NotModelled`` error it raises for the rest: docs/writing/testing.md.
+
 ``run_operator(namespace)`` runs your project's watcher and a worker around a block, for tests
 that go through the whole pipeline. As a pytest plugin the module also gives the fixtures
 ``kube_api`` and ``k8s_namespace``, and the option ``--local-stack``: before Django reads your
@@ -29,6 +40,7 @@ The module imports nothing of Django at import time, so pytest can load it that 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -44,14 +56,17 @@ from typing import Any, Iterator
 
 from typing import TYPE_CHECKING
 
+import yaml
+
 from reconcilers._kube import kube
+from reconcilers._kube.fake import FakeApiServer, NotModelled
 from reconcilers._base.vocab import Key
 
 if TYPE_CHECKING:
     from reconcilers._authoring.reconciler import Reconciler
 
-__all__ = ["OperatorProcesses", "Run", "Write", "api_get", "api_request", "apply_crd",
-           "reconcile_once", "replay_inputs", "run_operator"]
+__all__ = ["FakeCluster", "NotModelled", "OperatorProcesses", "Run", "Write", "api_get",
+           "api_request", "apply_crd", "reconcile_once", "replay_inputs", "run_operator"]
 
 
 @dataclass(frozen=True)
@@ -108,11 +123,16 @@ def apply_crd(api, path: Path) -> str:
 
 
 def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str, *,
-                   api: kube.ApiClient | None = None, attempts: int = 0) -> Run:
+                   api: kube.ApiClient | None = None, cluster: FakeCluster | None = None,
+                   attempts: int = 0) -> Run:
     """Reconcile ``namespace/name`` once with ``reconciler`` (its name or class, registered).
 
-    ``attempts``: failures before this run, as the ledger would count them (the backoff of an
-    error's retry grows with it)."""
+    ``cluster``: a ``FakeCluster`` to run against instead of an api-server. ``attempts``:
+    failures before this run, as the ledger would count them (the backoff of an error's retry
+    grows with it)."""
+    if cluster is not None and api is not None:
+        raise TypeError("reconcile_once takes an api or a cluster, not both")
+    api = cluster if cluster is not None else api
     from reconcilers._base.conf import settings
     from reconcilers._authoring.registry import registry as default_registry
     from reconcilers._run.runner import attempt
@@ -138,6 +158,124 @@ def replay_inputs(inputs: dict) -> Run:
                error=RuntimeError(done.error) if done.error else None,
                writes=[Write(w["method"], w["path"], w["body"]) for w in done.writes],
                obj=done.obj)
+
+
+class FakeCluster(FakeApiServer):
+    """An api-server in memory, seeded with objects, for unit tests (controller-runtime's fake
+    client, at the HTTP level): pass it as ``reconcile_once(..., cluster=)`` - or as the
+    ``api`` of any call - and the reconciler, ``ctx`` and the runner send it the requests they
+    would send the api-server, answered by its rules (docs/writing/testing.md says which). A
+    request it does not model raises ``NotModelled``, naming what is missing.
+
+    ``objects``: dicts to create, in order (their status kept, an owner reference without a
+    uid given the uid of the seeded owner it names). ``crds``: CustomResourceDefinitions
+    (dicts) it serves; by default those of every registered reconciler's resource."""
+
+    def __init__(self, objects: list[dict] | tuple = (), *, crds: list[dict] | None = None):
+        super().__init__(_registered_crds() if crds is None else crds)
+        for obj in objects:
+            self.create(obj)
+
+    @classmethod
+    def from_yaml(cls, *documents: str | Path, crds: list[dict] | None = None) -> FakeCluster:
+        """Seeded from YAML: each argument a file's path or YAML text, of one or more
+        documents."""
+        objects = []
+        for doc in documents:
+            text = doc.read_text() if isinstance(doc, Path) else doc
+            objects += [o for o in yaml.safe_load_all(text) if o]
+        return cls(objects, crds=crds)
+
+    def create(self, obj: dict, namespace: str = "default") -> dict:
+        """Create ``obj`` (in its namespace, or ``namespace``; the namespace made when
+        missing) as a test's setup would, status and deletion included: what the cluster now
+        holds."""
+        obj = {**obj, "metadata": dict(obj.get("metadata") or {})}
+        meta = obj["metadata"]
+        gvr = self.kind_for(obj["apiVersion"], obj["kind"])
+        ns = (meta.get("namespace") or namespace) if gvr.namespaced else None
+        if ns and self.get("v1", "Namespace", ns) is None:
+            self.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        meta["ownerReferences"] = [self._resolved(ref, ns)
+                                   for ref in meta.get("ownerReferences") or []] or None
+        meta = {k: v for k, v in meta.items() if v is not None}
+        made = self.request("POST", gvr.path(ns), {**obj, "metadata": meta})
+        if obj.get("status") and made.get("status") != obj["status"]:
+            made = self.request("PATCH", gvr.path(ns, meta["name"]) + "/status",
+                                {"status": obj["status"]}, content_type=kube.MERGE_PATCH)
+        if meta.get("deletionTimestamp"):
+            self.request("PATCH", gvr.path(ns, meta["name"]),
+                         {"metadata": {"finalizers": meta.get("finalizers") or ["test"]}},
+                         content_type=kube.MERGE_PATCH)
+            made = self.request("DELETE", gvr.path(ns, meta["name"])) \
+                if meta.get("finalizers") else made
+        return made
+
+    def _resolved(self, ref: dict, namespace: str | None) -> dict:
+        if ref.get("uid"):
+            return ref
+        owner = self.get(ref["apiVersion"], ref["kind"], ref["name"], namespace or "")
+        if owner is None:
+            raise LookupError(f"seeded owner reference to {ref['kind']} {ref['name']}: "
+                              "create the owner first, or give the reference its uid")
+        return {**ref, "uid": owner["metadata"]["uid"]}
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str = "default") -> dict | None:
+        """The object as the cluster holds it now; None when there is none."""
+        gvr = self.kind_for(api_version, kind)
+        return self.object(gvr, namespace if gvr.namespaced else None, name)
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict]:
+        """Every object of a kind (in ``namespace``; all by default)."""
+        return self.objects(self.kind_for(api_version, kind), namespace)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "default") -> None:
+        """Delete as ``kubectl delete`` does: with finalizers, only marked as being deleted;
+        without, gone, and its dependents collected."""
+        gvr = self.kind_for(api_version, kind)
+        self.request("DELETE", gvr.path(namespace if gvr.namespaced else None, name))
+
+    def events(self, namespace: str | None = None) -> list[dict]:
+        """The Events written, through either API, as ``{"type", "reason", "message",
+        "object": "Kind/name", "count"}``."""
+        found = []
+        for api_version, regarding, note in (("events.k8s.io/v1", "regarding", "note"),
+                                             ("v1", "involvedObject", "message")):
+            for e in self.list(api_version, "Event", namespace):
+                about = e.get(regarding) or {}
+                found.append({"type": e.get("type"), "reason": e.get("reason"),
+                              "message": e.get(note), "object": f"{about.get('kind')}/"
+                              f"{about.get('name')}",
+                              "count": (e.get("series") or {}).get("count") or e.get("count")
+                              or 1})
+        return found
+
+
+@functools.lru_cache(maxsize=None)
+def _manifest(path: str, mtime: float) -> dict:
+    """A CRD manifest, parsed once per version of the file (each test's cluster needs it; the
+    cluster copies what it is given)."""
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _registered_crds() -> list[dict]:
+    """The CRD of every registered reconciler's primary resource: from its typed resource, or
+    the manifest its app ships."""
+    from reconcilers._authoring.crds import manifest_for
+    from reconcilers._authoring.registry import autodiscover, registry
+    from reconcilers.resources.crd import crd
+
+    autodiscover()
+    found: dict[str, dict] = {}
+    for name in registry.names():
+        cls = registry.get_class(name)
+        path = manifest_for(cls)
+        if path is not None:
+            found[name] = _manifest(str(path), path.stat().st_mtime)
+        elif cls.resource is not None:
+            found[name] = crd(cls.resource)
+    return list(found.values())
 
 
 # --- running the whole operator inside a test ----------------------------------------------
