@@ -70,10 +70,14 @@ def test_a_changed_replica_count_is_patched_into_the_deployment(cluster):
     run = reconcile_once(FOO, "default", "example-foo", cluster=cluster)
 
     assert run.outcome == "success", run.error
-    assert [(w.method, w.kind) for w in run.writes] == [("PATCH", "deployments")]
+    assert [(w.method, w.kind) for w in run.writes] == [("PATCH", "deployments"),
+                                                        ("PATCH", "foos/status")]
     assert _deployment(cluster)["spec"]["replicas"] == 5
     changed = cluster.get("samplecontroller.k8s.io/v1alpha1", "Foo", "example-foo")
     assert changed["metadata"]["generation"] == foo["metadata"]["generation"] + 1
+    # The status fields are as they were, but the run saw the new spec: a client waiting for
+    # observedGeneration to reach the generation it wrote must see it do so.
+    assert changed["status"]["observedGeneration"] == changed["metadata"]["generation"]
 
 
 def test_the_deployments_available_replicas_are_mirrored_into_the_status():

@@ -132,10 +132,17 @@ def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Contex
     if fired:
         timed = timers.run(reconciler, fired, typed, ctx)
         result = timed if only_timers else result
-    patch = typed.status_patch()
-    if patch.get("status"):
-        ctx.patch_status(patch["status"])
+    status = typed.status_patch().get("status")
+    if status or _observed_behind(ctx.obj):
+        ctx.patch_status(status or {})  # observedGeneration rides along
     return "", result
+
+
+def _observed_behind(obj: dict) -> bool:
+    """The object's status tracks ``observedGeneration`` and names an older generation: a run
+    that saw the newer spec says so even when no other status field changed."""
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return observed is not None and observed != (obj.get("metadata") or {}).get("generation")
 
 
 def _only_timers(triggers: Sequence[str]) -> bool:
