@@ -145,7 +145,7 @@ def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
     for cls in reconcilers:
         by_gvr[cls.primary()].append(Handler(cls, PRIMARY))
         for owned in cls.owns:
-            by_gvr[owned.gvr()].append(Handler(cls, OWNED))
+            by_gvr[owned.gvr()].append(Handler(cls, OWNED, owned))
         for related in cls.watches:
             by_gvr[related.gvr()].append(Handler(cls, WATCHED, related))
     indexes = stream_indexes(reconcilers, by_gvr)
