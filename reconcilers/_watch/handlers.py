@@ -110,7 +110,10 @@ def _takes_lister(func: Callable) -> bool:
 
 
 class Router:
-    """Maps each change to keys through every handler; ``skipped`` counts predicate drops.
+    """Maps each change to keys through every handler; ``skipped`` counts predicate drops
+    (one per handler and change), ``skipped_for(name)`` the changes none of that reconciler's
+    handlers let through - what its row of the stream's status shows, since predicates are
+    per declaration and a stream may serve several reconcilers.
 
     ``put(key, trigger)`` receives the keys; ``done(change)`` follows them, so whoever
     receives both in order knows when every key of a journalled change has been handed on.
@@ -122,7 +125,11 @@ class Router:
         self.put = put
         self.done = done
         self.skipped = 0
+        self._skipped_by: dict[str, int] = {}
         self._asked: tuple[Any, Any, list[Handler]] | None = None
+
+    def skipped_for(self, reconciler: str) -> int:
+        return self._skipped_by.get(reconciler, 0)
 
     def wants(self, old: dict | None, new: dict | None) -> bool:
         """Whether any handler's predicates let this change through. The answer is kept for
@@ -139,6 +146,10 @@ class Router:
         else:
             passing = [h for h in self.handlers if h.passes(old, new)]
         self.skipped += len(self.handlers) - len(passing)
+        if len(passing) < len(self.handlers):
+            reached = {h.reconciler.name() for h in passing}
+            for name in {h.reconciler.name() for h in self.handlers} - reached:
+                self._skipped_by[name] = self._skipped_by.get(name, 0) + 1
         for handler in passing:
             trig = TRIGGERS.get(handler.role, trigger)
             for key in handler.keys_for(old, new):
