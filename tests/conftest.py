@@ -360,7 +360,8 @@ def probe_crds(kube):
     return ["probes.test.operator.local", "probes.finalizing.operator.local",
             "probes.deadline.operator.local", "probes.configured.operator.local",
             "probes.ratelimited.operator.local", "probes.sharedrate.operator.local",
-            "probes.timed.operator.local"]
+            "probes.timed.operator.local", "probes.parent.operator.local",
+            "probes.statusblind.operator.local"]
 
 
 @dataclass

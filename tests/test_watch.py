@@ -274,6 +274,99 @@ def test_a_change_no_predicate_lets_through_is_cached_but_not_journalled(
         api.close()
 
 
+def test_a_childs_change_an_owns_predicate_filters_is_cached_and_reaches_the_others(
+        kube, namespace, redis_client, settings, monkeypatch):
+    """An owner's predicate drops its key, never the cache write: a reconciler sharing the
+    stream (here the ConfigMaps' own) still gets the change, journalled; filtered for every
+    handler, the change is cached alone."""
+    from reconcilers._kube import kube as door
+    from reconcilers._base.predicates import labels_changed
+    from reconcilers._base.vocab import Key
+
+    class LabelReaders(Reconciler):
+        version, kind = "v1", "Secret"
+        owns = [Owns("v1", "ConfigMap", predicates=[labels_changed])]
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    api = door.new_api_client()
+    owner = door.request(api, "POST", GVR.of("v1", "Secret").path(namespace),
+                         {"metadata": {"name": "owner"}})
+    door.request(api, "POST", CONFIGMAPS.path(namespace), {"metadata": {
+        "name": "child", "ownerReferences": [{"apiVersion": "v1", "kind": "Secret",
+                                              "name": "owner", "uid": owner["metadata"]["uid"],
+                                              "controller": True}]}})
+    journalled = []
+    real_record = journal.record
+
+    def record(change, pipe):
+        if change.path == f"{namespace}/child":
+            journalled.append(change.path)
+        real_record(change, pipe)
+
+    monkeypatch.setattr(journal, "record", record)
+
+    def annotate(stream, value: str) -> None:
+        current = door.request(api, "GET", CONFIGMAPS.path(namespace, "child"))
+        current["metadata"]["annotations"] = {"note": value}
+        changed = door.request(api, "PUT", CONFIGMAPS.path(namespace, "child"), current)
+        stream.reflector.handle({"type": "MODIFIED", "object": changed})
+
+    try:
+        for reconcilers, journals, keys in (
+                ([LabelReaders, ConfigMaps], 1, {Key("configmaps", namespace, "child")}),
+                ([LabelReaders], 0, set())):
+            (stream,) = [s for s in build_streams(reconcilers, Enqueuer(threading.Event()),
+                                                  threading.Event()) if s.gvr == CONFIGMAPS]
+            put: list[Key] = []
+            stream.router.put = lambda key, trigger: put.append(key)
+            stream.reflector.list(api, initial=True)
+            put.clear()
+            journalled.clear()
+            annotate(stream, str(journals))
+            assert cache.get(CONFIGMAPS, namespace, "child")["metadata"]["annotations"] == {
+                "note": str(journals)}
+            assert len(journalled) == journals
+            assert set(put) == keys
+            assert (stream.router.skipped_for("secrets"),
+                    stream.router.skipped_for("configmaps")) == (1, 0)
+    finally:
+        api.close()
+
+
+def test_a_predicate_that_raises_neither_stops_the_stream_nor_loses_the_change(
+        kube, namespace, redis_client, settings, caplog):
+    """A bug in a user's predicate is logged and the change let through: raising out of the
+    stream would stop it at that object (and again at every relist)."""
+    from reconcilers._kube import kube as door
+    from reconcilers._base.vocab import Key
+
+    def needs_labels(old, new):
+        return old["metadata"]["labels"] != new["metadata"]["labels"]
+
+    class Fragile(Reconciler):
+        version, kind = "v1", "ConfigMap"
+        predicates = [needs_labels]
+
+    settings.RECONCILERS_NAMESPACES = namespace
+    api = door.new_api_client()
+    door.request(api, "POST", CONFIGMAPS.path(namespace), {"metadata": {"name": "bare"}})
+    (stream,) = build_streams([Fragile], Enqueuer(threading.Event()), threading.Event())
+    put: list[Key] = []
+    stream.router.put = lambda key, trigger: put.append(key)
+    try:
+        stream.reflector.list(api, initial=True)
+        changed = door.request(api, "PATCH", CONFIGMAPS.path(namespace, "bare"),
+                               {"data": {"a": "1"}},
+                               content_type="application/merge-patch+json")
+        put.clear()
+        stream.reflector.handle({"type": "MODIFIED", "object": changed})
+        assert put == [Key("configmaps", namespace, "bare")]
+        assert cache.get(CONFIGMAPS, namespace, "bare")["data"] == {"a": "1"}
+        assert "predicate needs_labels raised on" in caplog.text
+    finally:
+        api.close()
+
+
 def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
     """While PostgreSQL is down nothing drains it: a stream waits at ``put`` instead of piling
     up changes without end, and a stop releases it (the journal keeps what was not put)."""

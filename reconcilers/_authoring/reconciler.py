@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-from reconcilers._base.predicates import Predicate
+from reconcilers._base.predicates import Predicate, check
 from reconcilers._base.vocab import GVR, CacheScope, Index, Owns, Watches, plural
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +29,8 @@ class Reconciler:
             objects ``func`` names.
         indexes: named indexes (``Index(...)``) over the primary, owned or watched resources,
             kept by the watcher in the shared cache; ``ctx.list(..., index=(name, value))``.
-        predicates: ``(old, new) -> bool`` filters for update events (see ``predicates``).
+        predicates: ``(old, new) -> bool`` filters for update events of the primary resource
+            (see ``predicates``); each ``Owns`` and ``Watches`` takes its own.
         finalizer: the finalizer name; set automatically to ``<plural>.<group>/finalizer`` when
             the class defines ``finalize``. Cleanup runs before the object may go away.
         resync_period: seconds between periodic re-reconciles of every object (None: the
@@ -77,6 +78,16 @@ class Reconciler:
     capability_level: ClassVar[int] = 1
     metrics: ClassVar[Sequence[str]] = ()
     rbac_rules: ClassVar[Sequence[dict]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse predicates that could never work when the class is defined, not at the
+        first event: the watcher would otherwise meet them on every change."""
+        super().__init_subclass__(**kwargs)
+        check(cls.predicates, f"{cls.__name__}.predicates")
+        for related in (*cls.owns, *cls.watches):
+            if hasattr(related, "predicates"):
+                check(related.predicates, f"{cls.__name__}: {type(related).__name__}"
+                                          f"({related.api_version!r}, {related.kind!r})")
 
     def reconcile(self, obj: dict, ctx: "Context") -> "Result | None":
         raise NotImplementedError(f"{type(self).__name__} must implement reconcile(obj, ctx)")

@@ -16,7 +16,7 @@ Django or Kubernetes), so it can never be part of an import cycle. Like client-g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -120,23 +120,24 @@ class CacheScope:
         return not (self.selector or self.fields)
 
 
-@dataclass(frozen=True)
-class Owns:
-    """A child resource the reconciler creates; its events enqueue the controller owner's key.
+# A predicate, as ``predicates.py`` defines it: ``(old, new) -> bool`` over API bodies.
+Predicate = Callable[["dict | None", "dict | None"], bool]
 
-    ``Owns("apps/v1", "Deployment")``. The plural follows ``plural()`` unless given.
-    ``selector`` / ``fields`` / ``metadata_only`` narrow what the watcher caches of it
-    (``CacheScope``): ``Owns("apps/v1", "Deployment", selector="app.kubernetes.io/managed-by=
-    foo-operator")`` keeps the cluster's other Deployments out of the cache.
-    """
+
+class _Related:
+    """What ``Owns`` and ``Watches`` share: the resource, what is cached of it, and the
+    predicates its changes must pass before they become keys. Their fields stay declared on
+    each, because their positional orders are public and differ (``Watches``' third is its
+    map function)."""
 
     api_version: str
     kind: str
-    plural: str | None = None
-    namespaced: bool = True
-    selector: str = ""
-    fields: str = ""
-    metadata_only: bool = False
+    plural: str | None
+    namespaced: bool
+    selector: str
+    fields: str
+    metadata_only: bool
+    predicates: Sequence[Predicate]
 
     def gvr(self) -> GVR:
         return GVR.of(self.api_version, self.kind, self.plural, self.namespaced)
@@ -146,7 +147,30 @@ class Owns:
 
 
 @dataclass(frozen=True)
-class Watches:
+class Owns(_Related):
+    """A child resource the reconciler creates; its events enqueue the controller owner's key.
+
+    ``Owns("apps/v1", "Deployment")``. The plural follows ``plural()`` unless given.
+    ``selector`` / ``fields`` / ``metadata_only`` narrow what the watcher caches of it
+    (``CacheScope``): ``Owns("apps/v1", "Deployment", selector="app.kubernetes.io/managed-by=
+    foo-operator")`` keeps the cluster's other Deployments out of the cache.
+    ``predicates`` filter its changes before they reconcile the owner (controller-runtime's
+    ``Owns(obj, WithPredicates(...))``): ``predicates=[generation_changed]`` for an owner that
+    does not read the child's status. The cache still keeps every change.
+    """
+
+    api_version: str
+    kind: str
+    plural: str | None = None
+    namespaced: bool = True
+    selector: str = ""
+    fields: str = ""
+    metadata_only: bool = False
+    predicates: Sequence[Predicate] = field(default=(), kw_only=True)
+
+
+@dataclass(frozen=True)
+class Watches(_Related):
     """A related resource the reconciler does not own, whose changes reconcile the objects
     ``map(obj)`` names (controller-runtime's ``Watches`` with a map function): a ConfigMap or
     Secret that objects reference by name, say.
@@ -154,25 +178,19 @@ class Watches:
     ``map(obj)`` returns the objects to reconcile as names (in ``obj``'s namespace) or
     ``(namespace, name)`` pairs; declared with two parameters, ``map(obj, lister)`` also gets a
     ``Lister`` to read from (say, the objects whose selector matches ``obj``). ``predicates``
-    filter changes first, like a reconciler's.
+    filter changes first, as for ``Owns``.
     ``selector`` / ``fields`` / ``metadata_only``: what is cached of it, as for ``Owns``.
     """
 
     api_version: str
     kind: str
     map: Callable[[dict], Iterable[Any]]
-    predicates: Sequence[Callable[[dict | None, dict | None], bool]] = ()
+    predicates: Sequence[Predicate] = ()
     plural: str | None = None
     namespaced: bool = True
     selector: str = ""
     fields: str = ""
     metadata_only: bool = False
-
-    def gvr(self) -> GVR:
-        return GVR.of(self.api_version, self.kind, self.plural, self.namespaced)
-
-    def scope(self) -> CacheScope:
-        return CacheScope(self.selector, self.fields, self.metadata_only)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """From a change of an object to the keys it should reconcile (client-go's event handlers).
 
 A ``Handler`` binds one reconciler to one watched resource: the primary resource maps to its
-own key (after the reconciler's predicates), an owned resource maps to its controller owner's
-key (``ownerReferences`` with ``controller: true``), a related resource (``Watches``) maps to
-the keys its map function names (after that declaration's predicates). A ``Router`` runs every handler of a
-stream for each change the reflector reports and hands the keys on. Mapping only: the one read
-is a ``Watches`` map function's, through a ``Lister`` (the shared cache, else the api-server).
+own key, an owned resource (``Owns``) maps to its controller owner's key (``ownerReferences``
+with ``controller: true``), a related resource (``Watches``) maps to the keys its map function
+names - each after its own declaration's predicates (the reconciler's, the ``Owns``', the
+``Watches'``). A ``Router`` runs every handler of a stream for each change the reflector
+reports and hands the keys on. Predicates drop keys, never cache writes: the reflector keeps
+every change, and skips only the journal entry of one no handler of the stream lets through.
+Mapping only: the one read is a ``Watches`` map function's, through a ``Lister`` (the shared
+cache, else the api-server).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from reconcilers._kube import kube
 from reconcilers._kube.context import Lister
 from reconcilers.models import Trigger
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._base.vocab import Key, Watches
+from reconcilers._base import predicates
+from reconcilers._base.vocab import Key, Owns, Watches
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,7 @@ TRIGGERS = {OWNED: Trigger.OWNED, WATCHED: Trigger.WATCHED}
 class Handler:
     reconciler: type[Reconciler]
     role: str  # PRIMARY | OWNED | WATCHED
-    watches: Watches | None = None  # for WATCHED
+    declaration: Owns | Watches | None = None  # the Owns of OWNED, the Watches of WATCHED
 
     def keys_for(self, old: dict | None, new: dict | None) -> list[Key]:
         name = self.reconciler.name()
@@ -65,7 +69,7 @@ class Handler:
                 targets = list(self._map(obj) or ())
             except Exception:
                 log.exception("%s: the map function of Watches(%s) failed on %s", name,
-                              self.watches.kind, obj.get("metadata", {}).get("name"))
+                              self.declaration.kind, obj.get("metadata", {}).get("name"))
                 continue
             for target in targets:
                 ns, obj_name = (target if isinstance(target, tuple)
@@ -78,18 +82,24 @@ class Handler:
     def _map(self, obj: dict):
         """``map(obj)``, or ``map(obj, lister)`` for a map function that reads (say, the
         objects whose selector matches ``obj``)."""
-        if _takes_lister(self.watches.map):
+        if _takes_lister(self.declaration.map):
             cls = self.reconciler
-            return self.watches.map(obj, Lister(kube.api_client(), cls.watched(), cls.indexes,
-                                                cls.cache_scopes()))
-        return self.watches.map(obj)
+            return self.declaration.map(obj, Lister(kube.api_client(), cls.watched(),
+                                                    cls.indexes, cls.cache_scopes()))
+        return self.declaration.map(obj)
 
     def passes(self, old: dict | None, new: dict | None) -> bool:
+        """Whether this handler's predicates let the change through (``predicates.passes``:
+        a predicate that fails is logged and counts as passing)."""
         if self.role == PRIMARY:
-            return all(p(old, new) for p in self.reconciler.predicates)
-        if self.role == WATCHED:
-            return all(p(old, new) for p in self.watches.predicates)
-        return True
+            declared, where = self.reconciler.predicates, f"{self.reconciler.name()} predicates"
+        elif self.declaration is not None:
+            declared = self.declaration.predicates
+            where = (f"{self.reconciler.name()} {type(self.declaration).__name__}"
+                     f"({self.declaration.api_version}, {self.declaration.kind})")
+        else:
+            return True
+        return predicates.passes(declared, old, new, where) if declared else True
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +110,10 @@ def _takes_lister(func: Callable) -> bool:
 
 
 class Router:
-    """Maps each change to keys through every handler; ``skipped`` counts predicate drops.
+    """Maps each change to keys through every handler; ``skipped`` counts predicate drops
+    (one per handler and change), ``skipped_for(name)`` the changes none of that reconciler's
+    handlers let through - what its row of the stream's status shows, since predicates are
+    per declaration and a stream may serve several reconcilers.
 
     ``put(key, trigger)`` receives the keys; ``done(change)`` follows them, so whoever
     receives both in order knows when every key of a journalled change has been handed on.
@@ -112,7 +125,11 @@ class Router:
         self.put = put
         self.done = done
         self.skipped = 0
+        self._skipped_by: dict[str, int] = {}
         self._asked: tuple[Any, Any, list[Handler]] | None = None
+
+    def skipped_for(self, reconciler: str) -> int:
+        return self._skipped_by.get(reconciler, 0)
 
     def wants(self, old: dict | None, new: dict | None) -> bool:
         """Whether any handler's predicates let this change through. The answer is kept for
@@ -129,6 +146,10 @@ class Router:
         else:
             passing = [h for h in self.handlers if h.passes(old, new)]
         self.skipped += len(self.handlers) - len(passing)
+        if len(passing) < len(self.handlers):
+            reached = {h.reconciler.name() for h in passing}
+            for name in {h.reconciler.name() for h in self.handlers} - reached:
+                self._skipped_by[name] = self._skipped_by.get(name, 0) + 1
         for handler in passing:
             trig = TRIGGERS.get(handler.role, trigger)
             for key in handler.keys_for(old, new):

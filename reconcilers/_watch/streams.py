@@ -45,7 +45,7 @@ class StreamStatus:
     event."""
 
     def __init__(self, gvr: GVR, handlers: list[Handler], holder: str,
-                 skipped: Callable[[], int]):
+                 skipped: Callable[[str], int]):
         self.gvr, self.handlers, self.holder = gvr, handlers, holder
         self._skipped = skipped
         self.resource_version = ""
@@ -87,7 +87,7 @@ class StreamStatus:
             self._last_write = now
             values = {"connected": self.connected, "holder": self.holder,
                       "resource_version": self.resource_version, "events": self.events,
-                      "skipped": self._skipped(), "relists": self.relists,
+                      "relists": self.relists,
                       "errors": self.errors}
             if self.events:
                 values["last_event_at"] = timezone.now()
@@ -100,8 +100,9 @@ class StreamStatus:
             try:
                 close_old_connections()
                 for h in self.handlers:
-                    WatchStream.record(h.reconciler.name(), self.gvr.id, **values,
-                                       role=h.role)
+                    name = h.reconciler.name()
+                    WatchStream.record(name, self.gvr.id, **values, role=h.role,
+                                       skipped=self._skipped(name))
             except Exception as exc:  # visibility must never stop the stream
                 log.warning("could not record stream status: %s", exc)
 
@@ -115,7 +116,7 @@ class Stream:
                  term: Term | None = None):
         self.gvr, self.namespace = gvr, namespace
         self.router = Router(handlers, enqueuer.put, enqueuer.done)
-        self.status = StreamStatus(gvr, handlers, holder, lambda: self.router.skipped)
+        self.status = StreamStatus(gvr, handlers, holder, self.router.skipped_for)
         self.reflector = Reflector(gvr, namespace, self.router, stop, self.status,
                                    indexes=indexes, scope=scope, wants=self.router.wants,
                                    term=term)
@@ -145,7 +146,7 @@ def build_streams(reconcilers: list[type[Reconciler]], enqueuer: Enqueuer,
     for cls in reconcilers:
         by_gvr[cls.primary()].append(Handler(cls, PRIMARY))
         for owned in cls.owns:
-            by_gvr[owned.gvr()].append(Handler(cls, OWNED))
+            by_gvr[owned.gvr()].append(Handler(cls, OWNED, owned))
         for related in cls.watches:
             by_gvr[related.gvr()].append(Handler(cls, WATCHED, related))
     indexes = stream_indexes(reconcilers, by_gvr)

@@ -14,6 +14,11 @@ spec.lingerWrites (``probes.deadline``) the first run ignores its deadline until
 ``probes.configured.operator.local`` reads its value from the ConfigMap ``<name>-config``
 (a related object: ``Watches`` maps its changes to the Probe) and counts the ConfigMaps of the
 same ``data.color`` through an index.
+
+``probes.parent.operator.local`` makes a child, the Probe ``<name>-child`` of
+``probes.test.operator.local`` (a kind with a status subresource), and notes the child's
+generation each run saw (``probe:parent-saw:<uid>``); ``probes.statusblind.operator.local`` is
+the same parent whose ``Owns`` filters out the child's status-only changes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from prometheus_client import Counter
 
 from reconcilers.api import (
     Index,
+    Owns,
     PermanentError,
     Reconciler,
     Result,
@@ -205,3 +211,34 @@ class ConfiguredProbeReconciler(Reconciler):
         same = ctx.list("v1", "ConfigMap", index=("color", data.get("color", "")))
         ctx.patch_status({"value": data.get("value"), "sameColor": len(same)})
         return None
+
+
+CHILD = "test.operator.local/v1"
+
+
+@register
+class ParentProbeReconciler(Reconciler):
+    group = "parent.operator.local"
+    version = "v1"
+    kind = "Probe"
+    resync_period = 0
+    predicates = [predicates.generation_changed]
+    owns = [Owns(CHILD, "Probe")]  # every change of the child, its status writes included
+
+    def reconcile(self, obj: dict, ctx):
+        child = ctx.create_or_update({
+            "apiVersion": CHILD, "kind": "Probe",
+            "metadata": {"name": f"{obj['metadata']['name']}-child"},
+            "spec": {"value": (obj.get("spec") or {}).get("value")}})
+        get_redis().rpush(f"probe:parent-saw:{obj['metadata']['uid']}",
+                          child["metadata"]["generation"])
+        return None
+
+
+@register
+class StatusBlindParentProbeReconciler(ParentProbeReconciler):
+    """The parent that does not read its child's status: only the child's spec changes (a
+    new generation), creation and deletion reconcile it."""
+
+    group = "statusblind.operator.local"
+    owns = [Owns(CHILD, "Probe", predicates=[predicates.generation_changed])]
