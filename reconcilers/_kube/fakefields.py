@@ -19,6 +19,9 @@ import copy
 import json
 from typing import Any
 
+import jsonpatch
+import jsonpointer
+
 # Lists merged by a key (``("k", key value)``) or as sets (``("v", value)``), wherever they
 # sit in an object's metadata.
 KEYED = {("metadata", "ownerReferences"): "uid"}
@@ -67,90 +70,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(target: Any, operations: Any) -> Any:
-    """The operations applied in order to a copy of ``target``; a failed ``test`` or a path
-    that is not there refuses the whole patch (422, as the api-server answers it)."""
+    """The operations applied in order to a copy of ``target`` (python-json-patch); a failed
+    ``test`` or a path that is not there refuses the whole patch (422, as the api-server
+    answers it)."""
     if not isinstance(operations, list):
         raise Refused(400, "BadRequest", "a JSON patch is a list of operations")
-    doc = copy.deepcopy(target)
-    for op in operations:
-        name, path = op.get("op"), op.get("path")
-        if name not in ("add", "remove", "replace", "move", "copy", "test") or path is None:
-            raise Refused(422, "Invalid", f"unknown or incomplete JSON patch operation {op!r}")
-        if name == "test":
-            if _pointer_get(doc, path) != op.get("value"):
-                raise Refused(422, "Invalid",
-                              f"the server rejected our request due to an error in our "
-                              f"request: testing value {path} failed")
-            continue
-        if name in ("move", "copy"):
-            value = copy.deepcopy(_pointer_get(doc, op["from"]))
-            if name == "move":
-                doc = _pointer_remove(doc, op["from"])
-            doc = _pointer_add(doc, path, value)
-        elif name == "remove":
-            doc = _pointer_remove(doc, path)
-        elif name == "replace":
-            _pointer_get(doc, path)  # must exist
-            doc = _pointer_add(_pointer_remove(doc, path), path, copy.deepcopy(op["value"]))
-        else:
-            doc = _pointer_add(doc, path, copy.deepcopy(op.get("value")))
-    return doc
-
-
-def _tokens(pointer: str) -> list[str]:
-    if pointer == "":
-        return []
-    if not pointer.startswith("/"):
-        raise Refused(422, "Invalid", f"JSON pointer {pointer!r} does not start with /")
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-
-
-def _parent(doc: Any, pointer: str) -> tuple[Any, str]:
-    *parents, last = _tokens(pointer) or [""]
-    node = doc
-    for token in parents:
-        node = _step(node, token, pointer)
-    return node, last
-
-
-def _step(node: Any, token: str, pointer: str) -> Any:
     try:
-        return node[int(token)] if isinstance(node, list) else node[token]
-    except (KeyError, IndexError, ValueError, TypeError):
-        raise Refused(422, "Invalid", f"the server rejected our request due to an error in "
-                      f"our request: doc is missing path: {pointer!r}") from None
-
-
-def _pointer_get(doc: Any, pointer: str) -> Any:
-    node = doc
-    for token in _tokens(pointer):
-        node = _step(node, token, pointer)
-    return node
-
-
-def _pointer_add(doc: Any, pointer: str, value: Any) -> Any:
-    if pointer == "":
-        return value
-    node, last = _parent(doc, pointer)
-    if isinstance(node, list):
-        index = len(node) if last == "-" else int(_step(list(range(len(node) + 1)), last,
-                                                         pointer))
-        node.insert(index, value)
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        _step(node, last, pointer)
-    return doc
-
-
-def _pointer_remove(doc: Any, pointer: str) -> Any:
-    node, last = _parent(doc, pointer)
-    _step(node, last, pointer)
-    if isinstance(node, list):
-        del node[int(last)]
-    else:
-        del node[last]
-    return doc
+        return jsonpatch.apply_patch(target, operations)  # a copy: in_place=False
+    except jsonpatch.JsonPatchTestFailed as exc:
+        raise Refused(422, "Invalid", "the server rejected our request due to an error in our "
+                      f"request: {exc}") from None
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError,
+            IndexError, TypeError) as exc:
+        raise Refused(422, "Invalid", "the server rejected our request due to an error in our "
+                      f"request: {exc}") from None
 
 
 # --- field paths -------------------------------------------------------------------------
