@@ -113,7 +113,7 @@ def test_each_reconciler_of_a_kind_holds_objects_with_a_finalizer_of_its_own():
     assert PodReaper.finalizer_name() == "pods.core/pod-reaper"
 
 
-def test_two_reconcilers_declaring_one_finalizer_are_refused_naming_both():
+def test_two_reconcilers_of_one_kind_declaring_one_finalizer_are_refused_naming_both():
     class Sharer(Reconciler):
         version, kind = "v1", "Pod"
         name = "pod-sharer"
@@ -127,6 +127,20 @@ def test_two_reconcilers_declaring_one_finalizer_are_refused_naming_both():
     with pytest.raises(AlreadyRegistered, match="PodLabeller.*pods.core/pod-labeller") as refused:
         registry.register(Sharer)
     assert "Sharer" in str(refused.value)
+
+
+def test_one_finalizer_declared_on_two_kinds_is_fine():
+    class Cleaner(Reconciler):
+        version, kind = "v1", "Service"
+        finalizer = "pods.core/pod-labeller"  # no object is both a Pod and a Service
+
+        def finalize(self, obj, ctx):
+            return None
+
+    registry = Registry()
+    registry.register(PodLabeller)
+    registry.register(Cleaner)
+    assert registry.names() == ["pod-labeller", "services"]
 
 
 def test_the_rbac_of_two_reconcilers_of_one_kind_is_merged_not_repeated():

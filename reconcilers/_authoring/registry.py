@@ -32,8 +32,9 @@ class Registry:
 
     def register(self, cls: R) -> R:
         """Add ``cls`` under its ``name()``. Any number of reconcilers may share a kind, each
-        under a name of its own; a second class under a taken name, or with a taken finalizer,
-        is refused naming both (the same class again - a module imported twice - replaces)."""
+        under a name of its own; a second class under a taken name, or with the finalizer of
+        another reconciler of its kind, is refused naming both (the same class again - a
+        module imported twice - replaces)."""
         name = cls.name()
         cls.primary()  # validate the declaration now, not at the first event
         existing = self._classes.get(name)
@@ -41,10 +42,12 @@ class Registry:
             raise AlreadyRegistered(
                 f"{_path(cls)} and {_path(existing)} are both named {name!r}: two reconcilers "
                 f"of one kind need a name each - set name = \"...\" on one of them")
-        finalizer = cls.finalizer_name()
+        # One finalizer on two kinds is harmless (no object carries both); on one kind, the
+        # first reconciler's cleanup would release the object the second still holds.
+        finalizer, kind = cls.finalizer_name(), cls.resource_name()
         for other_name, other in self._classes.items():
             if (finalizer and other_name != name and not _same(other, cls)
-                    and other.finalizer_name() == finalizer):
+                    and other.resource_name() == kind and other.finalizer_name() == finalizer):
                 raise AlreadyRegistered(
                     f"{_path(cls)} and {_path(other)} both use the finalizer {finalizer!r}: "
                     f"one's cleanup would release the object the other still holds - give "
