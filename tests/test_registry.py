@@ -166,3 +166,37 @@ def test_reconcilers_of_one_kind_share_one_stream_with_a_handler_each():
     pod = {"metadata": {"name": "web", "namespace": "ns"}}
     pod_streams[0].router("added", None, pod)
     assert put == [Key("pod-labeller", "ns", "web"), Key("pod-reaper", "ns", "web")]
+
+
+class ProbeAuditor(Reconciler):
+    """A second reconciler of the test app's Probe kind (so its app, and its CRD file)."""
+
+    name = "probe-auditor"
+    group, version, kind = "test.operator.local", "v1", "Probe"
+
+
+ProbeAuditor.__module__ = "tests.operatorapp.reconcilers"
+
+
+def test_reconcilers_of_one_kind_share_its_crd_file_and_its_crd_rule(settings):
+    from reconcilers._authoring import crds
+    from tests.operatorapp.reconcilers import ProbeReconciler
+
+    assert crds.manifest_for(ProbeAuditor) == crds.manifest_for(ProbeReconciler)
+    assert crds.manifest_for(ProbeAuditor).name == "probes.test.operator.local.yaml"
+    settings.RECONCILERS_APPLY_CRDS = True
+    named = [r.get("resourceNames") for r in rbac.rules_for([ProbeReconciler, ProbeAuditor])
+             if r["resources"] == ["customresourcedefinitions"] and "resourceNames" in r]
+    assert named == [["probes.test.operator.local"]]
+
+
+def test_the_crd_of_a_kind_is_applied_once_for_all_its_reconcilers(api, probe_crds, settings):
+    import io
+
+    from reconcilers._authoring import crds
+    from tests.operatorapp.reconcilers import ProbeReconciler
+
+    settings.RECONCILERS_APPLY_CRDS = True
+    out = io.StringIO()
+    crds.sync_registered([ProbeReconciler, ProbeAuditor], out=out)
+    assert out.getvalue().splitlines() == ["CRD probes.test.operator.local: unchanged"]
