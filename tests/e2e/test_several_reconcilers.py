@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconcilers.models import ReconcileRecord, WatchStream, WorkItem
 from tests.helpers import free_port, http_get, wait_for
-from tests.multiproject.reconcilers import FAIL, FINALIZED
+from tests.e2e.test_engine import create, get
+from tests.multiproject.reconcilers import FAIL, FINALIZED, MAY_FINISH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -124,3 +125,39 @@ def test_a_second_reconciler_of_the_samples_kind_converges_beside_the_first(
     wait_for(lambda: ReconcileRecord.objects.filter(reconciler=FOO, namespace=ns, name="stuck",
                                                     outcome="gone").exists(), 30,
              "the sample's 'gone' run")
+
+
+FINALIZING, JANITOR = "probes.finalizing.operator.local", "probe-janitor"
+FGROUP = "finalizing.operator.local"
+
+
+def _finalizers(kube, ns: str, name: str) -> list[str]:
+    return ((get(kube, ns, name, FGROUP) or {"metadata": {}})["metadata"].get("finalizers")
+            or [])
+
+
+def test_each_reconciler_of_a_kind_holds_an_object_until_its_own_cleanup_is_done(
+        kube, operator, redis_client):
+    operator.env["DJANGO_SETTINGS_MODULE"] = "tests.multiproject.settings"
+    operator.start_watcher(FINALIZING, JANITOR)
+    operator.start_worker(concurrency=2, pool="threads")
+    ns = operator.namespace
+    uid = create(kube, ns, "tidy", group=FGROUP, value=1)["metadata"]["uid"]
+    own, janitors = f"probes.{FGROUP}/finalizer", f"probes.{FGROUP}/{JANITOR}"
+    wait_for(lambda: sorted(_finalizers(kube, ns, "tidy")) == sorted([own, janitors]), 60,
+             "each reconciler's finalizer on the object")
+
+    client.CustomObjectsApi(kube).delete_namespaced_custom_object(FGROUP, "v1", ns, "probes",
+                                                                  "tidy")
+    # The kind's own cleanup runs and takes its own finalizer off, never the janitor's: the
+    # object stays, held by the janitor, whose cleanup is not done.
+    wait_for(lambda: _finalizers(kube, ns, "tidy") == [janitors], 60,
+             "the kind's own cleanup to release its hold only")
+    assert redis_client.get(f"probe:finalized:{uid}") == b"1"
+    assert get(kube, ns, "tidy", FGROUP)["metadata"].get("deletionTimestamp")
+
+    redis_client.set(f"{MAY_FINISH}{ns}/tidy", 1)
+    wait_for(lambda: get(kube, ns, "tidy", FGROUP) is None, 60,
+             "the object to go once every reconciler's cleanup is done")
+    assert f"janitor:{ns}/tidy".encode() in redis_client.lrange(FINALIZED, 0, -1)
+    assert redis_client.get(f"probe:finalized:{uid}") == b"1"  # the kind's cleanup ran once
