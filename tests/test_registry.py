@@ -200,3 +200,14 @@ def test_the_crd_of_a_kind_is_applied_once_for_all_its_reconcilers(api, probe_cr
     out = io.StringIO()
     crds.sync_registered([ProbeReconciler, ProbeAuditor], out=out)
     assert out.getvalue().splitlines() == ["CRD probes.test.operator.local: unchanged"]
+
+
+def test_two_reconcilers_of_different_kinds_under_one_name_are_told_to_rename_one():
+    class ServiceLabeller(Reconciler):
+        version, kind = "v1", "Service"
+        name = "pod-labeller"
+
+    registry = Registry()
+    registry.register(PodLabeller)
+    with pytest.raises(AlreadyRegistered, match="both named 'pod-labeller': rename one of them"):
+        registry.register(ServiceLabeller)

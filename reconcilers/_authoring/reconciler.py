@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from reconcilers._kube.context import Context
     from reconcilers._base.results import Result
 
-# A reconciler's own name is the middle of every key (``<name>:<namespace>/<name>``), of task
-# ids (``<key>#<token>``) and of admin URLs, and the name part of its default finalizer
+# A reconciler's own name begins every key (``<reconciler>:<namespace>/<object>``) and task
+# id (``<key>#<token>``), is in admin URLs, and is the name part of its default finalizer
 # (``<plural>.<group>/<name>``): so what a finalizer's name part may be, lower-cased - at most
 # 63 letters, digits, '-' and '.', starting and ending with a letter or digit; never ':', '/'
 # or '#'.

@@ -39,9 +39,10 @@ class Registry:
         cls.primary()  # validate the declaration now, not at the first event
         existing = self._classes.get(name)
         if existing is not None and not _same(existing, cls):
+            fix = ("two reconcilers of one kind need a name each - set name = \"...\" on one "
+                   "of them" if name == cls.resource_name() else "rename one of them")
             raise AlreadyRegistered(
-                f"{_path(cls)} and {_path(existing)} are both named {name!r}: two reconcilers "
-                f"of one kind need a name each - set name = \"...\" on one of them")
+                f"{_path(cls)} and {_path(existing)} are both named {name!r}: {fix}")
         # One finalizer on two kinds is harmless (no object carries both); on one kind, the
         # first reconciler's cleanup would release the object the second still holds.
         finalizer, kind = cls.finalizer_name(), cls.resource_name()
