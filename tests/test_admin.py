@@ -354,3 +354,42 @@ def test_the_reconcilers_list_leads_to_the_operator_pages_on_any_admin_site(redi
         reverse("admin:reconcilers_registeredreconciler_changelist")).content.decode()
     assert f'href="{reverse("admin:reconcilers_dashboard")}"' in page
     assert f'href="{reverse("admin:reconcilers_resync_object")}"' in page
+
+
+@pytest.fixture
+def second_probe_reconciler():
+    """A second reconciler of the Probe kind, under a name of its own, for one test."""
+    from reconcilers.api import Reconciler
+
+    class ProbeAuditor(Reconciler):
+        name = "probe-auditor"
+        group, version, kind = "test.operator.local", "v1", "Probe"
+
+    registry.register(ProbeAuditor)
+    yield ProbeAuditor
+    registry.unregister("probe-auditor")
+
+
+def test_two_reconcilers_of_one_kind_each_have_their_own_rows_history_and_resync(
+        second_probe_reconciler, redis_client):
+    RegisteredReconciler.sync_from([registry.get_class(PROBE), second_probe_reconciler])
+    now = timezone.now()
+    for reconciler, outcome in ((PROBE, "success"), ("probe-auditor", "error")):
+        ReconcileRecord.objects.create(reconciler=reconciler, namespace="ns", name="a",
+                                       started_at=now, finished_at=now, duration_ms=1,
+                                       outcome=outcome)
+    c = client_for(staff("resync_workitem"))
+    listed = c.get(reverse("admin:reconcilers_registeredreconciler_changelist")).content.decode()
+    assert "probe-auditor" in listed and PROBE in listed
+    assert listed.count("test.operator.local/v1/Probe") == 2  # one kind, two reconcilers
+    history = c.get(reverse("admin:reconcilers_reconcilerecord_changelist"),
+                    {"reconciler": "probe-auditor"}).context["cl"].result_list
+    assert [(r.reconciler, r.outcome) for r in history] == [("probe-auditor", "error")]
+    page = c.post(reverse("admin:reconcilers_resync_object"),
+                  {"reconciler": "probe-auditor", "namespace": "ns", "name": "a"}, follow=True)
+    assert "enqueued for a manual resync" in page.content.decode()
+    assert list(WorkItem.objects.values_list("reconciler", "namespace", "name")) == [
+        ("probe-auditor", "ns", "a")]
+    timeline = c.get(reverse("admin:reconcilers_timeline"),
+                     {"reconciler": "probe-auditor", "namespace": "ns", "name": "a"})
+    assert timeline.status_code == 200

@@ -234,6 +234,21 @@ def test_the_csv_owns_the_reconcilers_crds_with_their_examples():
     assert [(e["kind"], e["metadata"]["name"]) for e in examples] == [("Foo", "example-foo")]
 
 
+def test_a_kind_with_two_reconcilers_is_one_owned_crd_with_its_examples_once():
+    from reconcilers.api import Reconciler
+
+    class FooLabeller(Reconciler):
+        name = "foo-labeller"
+        group, version, kind = "samplecontroller.k8s.io", "v1alpha1", "Foo"
+
+    FooLabeller.__module__ = "reconcilers.contrib.samplecontroller.reconcilers"
+    made = bundle.build([registry.get_class(FOO), FooLabeller], DEPLOY, options())
+    csv = made.manifests["django-crd-operator.clusterserviceversion.yaml"]
+    assert [o["name"] for o in csv["spec"]["customresourcedefinitions"]["owned"]] == [FOO]
+    examples = json.loads(csv["metadata"]["annotations"]["alm-examples"])
+    assert [(e["kind"], e["metadata"]["name"]) for e in examples] == [("Foo", "example-foo")]
+
+
 def test_the_annotations_name_the_package_and_its_channels():
     made, _ = foo_csv(channels=("stable", "fast"), default_channel="fast")
     assert made.annotations == {

@@ -87,6 +87,48 @@ def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
     assert replay.replay_inputs(module["INPUTS"], registry=buggy).outcome == "error"
 
 
+def _auditor(fixed: bool):
+    """A second reconciler of the Probe kind, under a name of its own: it writes a ConfigMap
+    ``<probe>-audit`` - unless it still has its bug."""
+
+    class Auditor(Reconciler):
+        name = "probe-auditor"
+        group, version, kind = GROUP, VERSION, "Probe"
+
+        def reconcile(self, obj, ctx):
+            if not fixed:
+                raise RuntimeError("the auditor's bug")
+            ctx.create_or_update({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": f"{obj['metadata']['name']}-audit"},
+                                  "data": {"audited": "yes"}})
+
+    return Auditor
+
+
+class _KindsOwn(Reconciler):
+    """The Probe kind's own reconciler, beside the auditor: never the one replayed for it."""
+
+    group, version, kind = GROUP, VERSION, "Probe"
+
+    def reconcile(self, obj, ctx):
+        raise AssertionError("the kind's own reconciler ran for the auditor's record")
+
+
+def test_a_run_of_a_second_reconciler_of_a_kind_replays_its_own_code(
+        kube, probe, namespace, redis_client, settings):  # noqa: F811
+    settings.RECONCILERS_RECORD_INPUTS = "failed"
+    buggy, fixed = Registry(), Registry()
+    for registry, auditor in ((buggy, _auditor(False)), (fixed, _auditor(True))):
+        register(registry=registry)(_KindsOwn)
+        register(registry=registry)(auditor)
+    record = ReconcileRecord.objects.get(
+        pk=run_once(buggy, "p", namespace, "probe-auditor").record_id)
+    assert (record.reconciler, record.outcome) == ("probe-auditor", "error")
+    result = replay.replay(record.pk, registry=fixed)
+    assert (result.recorded_outcome, result.outcome) == ("error", "success"), result.report()
+    assert [w["body"]["metadata"]["name"] for w in result.writes] == ["p-audit"]
+
+
 def _copier(fixed: bool):
     """Reads the Secret ``credentials`` and lists the Secrets, copies its data into a Secret
     of its own, then - unless ``fixed`` - fails on the optional key ``token``."""

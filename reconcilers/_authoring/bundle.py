@@ -250,10 +250,12 @@ def _examples(classes: list[type[Reconciler]], crd_docs: list[dict | None]) -> l
 
 
 def _owned(crd_docs: list[dict | None], classes: list[type[Reconciler]]) -> list[dict]:
-    owned = []
+    """The CSV's owned CRDs: each once, however many reconcilers share its kind."""
+    owned, seen = [], set()
     for doc, cls in zip(crd_docs, classes):
-        if doc is None:
+        if doc is None or doc["metadata"]["name"] in seen:
             continue
+        seen.add(doc["metadata"]["name"])
         spec = doc["spec"]
         for version in spec["versions"]:
             schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}

@@ -38,7 +38,7 @@ def manifest_for(cls: type[Reconciler]) -> Path | None:
     app = apps.get_containing_app_config(cls.__module__)
     if app is None:
         return None
-    path = Path(app.path) / "crds" / f"{cls.name()}.yaml"
+    path = Path(app.path) / "crds" / f"{cls.resource_name()}.yaml"
     return path if path.exists() else None
 
 
@@ -115,14 +115,17 @@ def apply_if_served(api, manifest: dict[str, Any], timeout: float = 60) -> str:
 
 def sync_registered(classes: Iterable[type[Reconciler]], out: TextIO = sys.stdout) -> None:
     """Apply the manifests of ``classes`` the settings allow (idempotent: server-side apply),
-    leaving out any converting CRD whose webhook nobody serves."""
+    leaving out any converting CRD whose webhook nobody serves. One kind has one CRD, applied
+    once however many of its reconcilers there are."""
     apply_all = settings().apply_crds
     samples = getattr(django_settings, "OPERATOR_SAMPLES", False)
     api = kube.api_client()
+    applied: set[Path] = set()
     for cls in classes:
         path = manifest_for(cls)
-        if path is not None and (apply_all or (samples and is_sample(cls))):
+        if path is not None and path not in applied and (apply_all or (samples and is_sample(cls))):
+            applied.add(path)
             outcome = apply_if_served(api, yaml.safe_load(path.read_text()))
-            out.write(f"CRD {cls.name()}: {outcome}\n")
+            out.write(f"CRD {cls.resource_name()}: {outcome}\n")
             if outcome.startswith("not applied"):
-                log.error("CRD %s: %s", cls.name(), outcome)
+                log.error("CRD %s: %s", cls.resource_name(), outcome)

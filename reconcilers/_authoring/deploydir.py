@@ -176,7 +176,7 @@ def samples_off(classes: list[type[Reconciler]],
                 config_maps: list[tuple[str, dict]]) -> list[str]:
     """A bundled sample's reconciler runs only where ``OPERATOR_SAMPLES`` is on, and the
     Deployments read it from deploy/'s ConfigMap."""
-    samples = [cls.name() for cls in classes if crds.is_sample(cls)]
+    samples = list(dict.fromkeys(cls.resource_name() for cls in classes if crds.is_sample(cls)))
     off = [source for source, doc in config_maps
            if str((doc.get("data") or {}).get("OPERATOR_SAMPLES", "0")).lower()
            in ("0", "false", "no", "off", "")]

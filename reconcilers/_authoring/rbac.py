@@ -126,7 +126,7 @@ def grants(classes: Iterable[type[Reconciler]],
         for declared in cls.rbac_rules:
             extra.extend([(CLUSTER, declared)] if everywhere else _split(declared))
         if _installs_crd(cls):
-            crd_names.append(cls.name())
+            crd_names.append(cls.resource_name())
             service = _webhook_service(cls)
             if service is not None:
                 # A converting CRD is applied only while its webhook has an endpoint.

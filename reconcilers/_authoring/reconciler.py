@@ -7,6 +7,7 @@ know - which resource to watch, what it owns, how to retry - is read from these 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from reconcilers._base.predicates import Predicate, check
@@ -16,6 +17,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from reconcilers._kube.context import Context
     from reconcilers._base.results import Result
 
+# A reconciler's own name begins every key (``<reconciler>:<namespace>/<object>``) and task
+# id (``<key>#<token>``), is in admin URLs, and is the name part of its default finalizer
+# (``<plural>.<group>/<name>``): so what a finalizer's name part may be, lower-cased - at most
+# 63 letters, digits, '-' and '.', starting and ending with a letter or digit; never ':', '/'
+# or '#'.
+NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+
+
+def valid_name(name: str, owner: str) -> str:
+    """``name`` when it may name a reconciler, else a ``TypeError`` saying why."""
+    if not NAME.fullmatch(name):
+        raise TypeError(
+            f"{owner}.name = {name!r} is not a valid reconciler name: use at most 63 lower-case "
+            f"letters, digits, '-' and '.', starting and ending with a letter or digit (it is "
+            f"part of every key '<reconciler>:<namespace>/<name>' and of the finalizer name)")
+    return name
+
 
 class Reconciler:
     """Base class of every reconciler.
@@ -23,6 +41,11 @@ class Reconciler:
     Declare either ``resource`` (a typed resource class) or ``group``/``version``/``kind``.
 
     Attributes:
+        name: the reconciler's own name, for a second reconciler of a kind (``"pod-labeller"``;
+            ``valid_name``). It keys everything of this reconciler - the ledger, history,
+            metrics, the admin, ``manage.py`` commands - so two reconcilers of one kind each
+            keep their own; they share the kind's watch stream and cache. Default: the
+            primary resource's ``<plural>.<group>``, as a CRD is named.
         group, version, kind, plural, namespaced: the primary resource.
         owns: child resources (``Owns(...)``) whose changes reconcile their controller owner.
         watches: related resources (``Watches(..., map=func)``) whose changes reconcile the
@@ -31,8 +54,10 @@ class Reconciler:
             kept by the watcher in the shared cache; ``ctx.list(..., index=(name, value))``.
         predicates: ``(old, new) -> bool`` filters for update events of the primary resource
             (see ``predicates``); each ``Owns`` and ``Watches`` takes its own.
-        finalizer: the finalizer name; set automatically to ``<plural>.<group>/finalizer`` when
-            the class defines ``finalize``. Cleanup runs before the object may go away.
+        finalizer: the finalizer name; set automatically when the class defines ``finalize``
+            (``<plural>.<group>/finalizer``, or ``<plural>.<group>/<name>`` for a reconciler
+            with a ``name`` of its own, so each reconciler of a kind holds the object for its
+            own cleanup). Cleanup runs before the object may go away.
         resync_period: seconds between periodic re-reconciles of every object (None: the
             ``RECONCILERS_RESYNC_PERIOD`` default; 0: never).
         rate_limit: Celery rate limit of this reconciler's task, e.g. ``"10/s"`` (per worker).
@@ -79,10 +104,21 @@ class Reconciler:
     metrics: ClassVar[Sequence[str]] = ()
     rbac_rules: ClassVar[Sequence[dict]] = ()
 
+    # The ``name`` a class declared (``valid_name``), inherited by its subclasses; None: the
+    # resource's name. Kept apart because ``name()`` is the one way every caller asks.
+    _own_name: ClassVar[str | None] = None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse predicates that could never work when the class is defined, not at the
-        first event: the watcher would otherwise meet them on every change."""
+        """Take a declared ``name`` and refuse predicates that could never work when the class
+        is defined, not at the first event: the watcher would otherwise meet them on every
+        change."""
         super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("name")
+        if isinstance(declared, str):
+            cls._own_name = valid_name(declared, cls.__name__)
+            del cls.name  # ``name()`` (the base's classmethod) answers it from now on
+        elif declared is not None and not isinstance(declared, (classmethod, staticmethod)):
+            raise TypeError(f"{cls.__name__}.name must be a string, not {declared!r}")
         check(cls.predicates, f"{cls.__name__}.predicates")
         for related in (*cls.owns, *cls.watches):
             if hasattr(related, "predicates"):
@@ -126,15 +162,25 @@ class Reconciler:
 
     @classmethod
     def name(cls) -> str:
-        """Named like a CRD: ``<plural>.<group>`` (``<plural>`` for the core group)."""
+        """The reconciler's name: its declared ``name``, else its ``resource_name()``."""
+        return cls._own_name or cls.resource_name()
+
+    @classmethod
+    def resource_name(cls) -> str:
+        """The primary resource's name, as a CRD is named: ``<plural>.<group>`` (``<plural>``
+        for the core group). Shared by every reconciler of the kind (its CRD file, RBAC)."""
         gvr = cls.primary()
         return f"{gvr.plural}.{gvr.group}" if gvr.group else gvr.plural
 
     @classmethod
     def finalizer_name(cls) -> str | None:
+        """A finalizer of this reconciler's own: two reconcilers of one kind each hold the
+        object until their own cleanup is done, so a reconciler with a ``name`` of its own
+        names its finalizer after it; the default name keeps ``<plural>.<group>/finalizer``,
+        which objects already carry."""
         if cls.finalizer:
             return cls.finalizer
         if callable(getattr(cls, "finalize", None)):
             gvr = cls.primary()
-            return f"{gvr.plural}.{gvr.group or 'core'}/finalizer"
+            return f"{gvr.plural}.{gvr.group or 'core'}/{cls._own_name or 'finalizer'}"
         return None

@@ -17,7 +17,7 @@ R = TypeVar("R", bound=type[Reconciler])
 
 
 class AlreadyRegistered(Exception):
-    pass
+    """Two classes under one reconciler name, or holding objects with one finalizer."""
 
 
 class NotRegistered(KeyError):
@@ -31,12 +31,28 @@ class Registry:
         self._lock = threading.Lock()
 
     def register(self, cls: R) -> R:
+        """Add ``cls`` under its ``name()``. Any number of reconcilers may share a kind, each
+        under a name of its own; a second class under a taken name, or with the finalizer of
+        another reconciler of its kind, is refused naming both (the same class again - a
+        module imported twice - replaces)."""
         name = cls.name()
         cls.primary()  # validate the declaration now, not at the first event
         existing = self._classes.get(name)
-        if existing is not None and existing is not cls:
-            if (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
-                raise AlreadyRegistered(f"{name} is already registered by {existing.__qualname__}")
+        if existing is not None and not _same(existing, cls):
+            fix = ("two reconcilers of one kind need a name each - set name = \"...\" on one "
+                   "of them" if name == cls.resource_name() else "rename one of them")
+            raise AlreadyRegistered(
+                f"{_path(cls)} and {_path(existing)} are both named {name!r}: {fix}")
+        # One finalizer on two kinds is harmless (no object carries both); on one kind, the
+        # first reconciler's cleanup would release the object the second still holds.
+        finalizer, kind = cls.finalizer_name(), cls.resource_name()
+        for other_name, other in self._classes.items():
+            if (finalizer and other_name != name and not _same(other, cls)
+                    and other.resource_name() == kind and other.finalizer_name() == finalizer):
+                raise AlreadyRegistered(
+                    f"{_path(cls)} and {_path(other)} both use the finalizer {finalizer!r}: "
+                    f"one's cleanup would release the object the other still holds - give "
+                    f"one of them another finalizer (or leave finalizer unset for its own)")
         self._classes[name] = cls
         self._instances.pop(name, None)
         return cls
@@ -73,6 +89,14 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._classes)
+
+
+def _same(a: type[Reconciler], b: type[Reconciler]) -> bool:
+    return a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+
+
+def _path(cls: type[Reconciler]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 registry = Registry()

@@ -63,7 +63,7 @@ class RegisteredReconcilerAdmin(admin.ModelAdmin):
             actions.pop("resync_all", None)
         return actions
 
-    @admin.action(description="Resync all objects of this kind")
+    @admin.action(description="Resync all objects of this reconciler")
     def resync_all(self, request, queryset):
         require(request, RESYNC_PERM)
         total = 0
