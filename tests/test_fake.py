@@ -168,3 +168,27 @@ def test_ctx_apply_and_delete_run_on_it_as_on_the_api_server():
 
     assert ctx.delete("v1", "ConfigMap", "child") is True
     assert ctx.delete("v1", "ConfigMap", "child") is False
+
+
+def test_the_samples_unit_tests_need_no_service_at_all(tmp_path):
+    """What a Django team runs under plain pytest: the Foo sample's unit tests, with every
+    service the operator uses out of reach (PostgreSQL and Redis on a closed port, no
+    kubeconfig, no local stack's env file), pass on the fake cluster alone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, free_port
+
+    closed = free_port()
+    env = {**os.environ, "DEBUG": "1", "OPERATOR_SAMPLES": "1",
+           "OPERATOR_ENV_FILE": str(tmp_path / "no-env"),
+           "DATABASE_URL": f"postgres://nobody:none@127.0.0.1:{closed}/none",
+           "REDIS_URL": f"redis://127.0.0.1:{closed}/0", "KUBECONFIG": str(tmp_path / "none"),
+           "OPERATOR_STATE_DIR": str(tmp_path / "no-stack")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_samplecontroller.py", "-q",
+         "-p", "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "error" not in done.stdout.lower(), done.stdout
