@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import config, figures, report, results
+from . import config, figures, postgres, report, results
 from .harness import SCENARIOS, Plan, Runner
 from .impls import DEFAULT
 
@@ -86,11 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(plan)
     print(f"bench: mode {plan.mode}, N={plan.n}, reps={plan.reps}, scenarios {plan.scenarios}, "
           f"implementations {plan.impls}; scratch in {runner.cfg.work_dir}", flush=True)
-    runner.prepare()
-    measured = runner.run()
+    try:
+        runner.prepare()
+        # Read from the server, before anything is measured: what the ledger paid for.
+        durability = runner.durability()
+        shown = ", ".join(f"{k} {durability[k]}" for k in postgres.DURABILITY_SETTINGS)
+        print(f"bench: PostgreSQL on port {durability['port']}: {shown}", flush=True)
+        measured = runner.run()
+    finally:
+        runner.close()
     meta = {"command": command, "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
             **provenance, "elapsed_seconds": time.monotonic() - t0, "plan": plan.as_dict(),
             "machine": config.machine(), "implementations": runner.describe(),
+            "durability": durability,
             "stack": {"kubernetes": "v1.35.4", "etcd": "v3.6.16",
                       "bench_database": runner.cfg.database_url.rsplit("/", 1)[-1],
                       "bench_redis": runner.cfg.redis_url}}

@@ -68,7 +68,7 @@ def rotated(items: list, k: int) -> list:
 class Runner:
     def __init__(self, plan: Plan, cfg: BenchConfig | None = None, log=None):
         self.plan = plan
-        self.cfg = cfg or config.load()
+        self.cfg = cfg or config.load(own_postgres=True)
         self.log = log or (lambda *a: print(*a, flush=True))
         self.kube = Kube.from_config(self.cfg)
         self.h = Harness(self.cfg, self.kube, quick=plan.mode == "quick")
@@ -92,6 +92,11 @@ class Runner:
 
         if not controlplane.ready(self.cfg.stack):
             raise SystemExit("the local control plane is not up: run `make up` (or make bench)")
+        if self.cfg.own_postgres is not None:
+            t = time.monotonic()
+            self._own_postgres_started = self.cfg.own_postgres.start()
+            self.log(f"the bench's durable PostgreSQL on port {self.cfg.own_postgres.port} "
+                     f"ready ({time.monotonic() - t:.1f}s)")
         from .impls.base import kill_leftovers
 
         killed = kill_leftovers(self.cfg.work_dir / "procs.txt")
@@ -138,12 +143,31 @@ class Runner:
                  f"{report.one_line(scenario, res)} ({res['seconds']}s)")
         return res
 
+    def durability(self) -> dict:
+        """The durability settings of the server under the bench database, from the server
+        (the bench database's own: ``synchronous_commit`` can be set per database)."""
+        from urllib.parse import urlsplit
+
+        from . import postgres
+
+        try:
+            return postgres.durability(self.cfg.database_url)
+        except Exception:  # no bench database (this project not among the implementations)
+            url = urlsplit(self.cfg.database_url)
+            return postgres.durability(url._replace(path="/postgres").geturl())
+
     def run(self) -> dict[str, list[dict]]:
         try:
             return self._run()
         finally:
             for impl in self.impls:  # interrupted: leave nothing running
                 impl.stop()
+
+    def close(self) -> None:
+        """Stop the bench's PostgreSQL if this runner started it."""
+        if getattr(self, "_own_postgres_started", False):
+            self.cfg.own_postgres.stop()
+            self._own_postgres_started = False
 
     def _run(self) -> dict[str, list[dict]]:
         p = self.plan
