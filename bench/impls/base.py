@@ -144,6 +144,11 @@ class Impl:
         """The version that ran, recorded with every run (a working tree can move mid-run)."""
         return ""
 
+    def storage(self) -> dict:
+        """What the implementation keeps outside its processes, in bytes (this project: its
+        PostgreSQL tables, Redis's memory); a peer keeps everything in its processes."""
+        return {}
+
     # --- helpers ---------------------------------------------------------------------------
 
     def base_env(self, trace: Path, sleep_ms: int) -> dict[str, str]:

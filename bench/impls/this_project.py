@@ -113,6 +113,23 @@ class ThisProject(Impl):
     def run_version(self) -> str:
         return _git_version()
 
+    def storage(self) -> dict:
+        """The ledger's, the history's and the stream's tables with their indexes and TOAST
+        (``pg_total_relation_size``), and Redis's ``used_memory`` (the instance's: the
+        cache and the broker share it with whatever else uses that Redis)."""
+        import psycopg
+        import redis
+
+        with psycopg.connect(self.cfg.database_url, autocommit=True) as conn:
+            tables = {t: conn.execute("SELECT pg_total_relation_size(%s)", [t]).fetchone()[0]
+                      for t in TABLES}
+        r = redis.Redis.from_url(self.cfg.redis_url)
+        try:
+            used = int(r.info("memory")["used_memory"])
+        finally:
+            r.close()
+        return {"postgres_tables_bytes": tables, "redis_used_memory": used}
+
     def start(self, trace: Path, sleep_ms: int = 0) -> None:
         env = self.env(trace, sleep_ms)
         py = sys.executable
