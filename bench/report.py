@@ -109,12 +109,18 @@ def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
                 ("converged after last update", value_at("converged_after_last_update_ms"), "ms", False)]
     if scenario == "relist":
         figs = []
-        for mode in ("connections-dropped", "restart", "paired restart", "standby"):
+        for mode in ("connections-dropped", "restart", "paired restart", "watcher restart",
+                     "standby"):
             figs += [(f"{mode}: resume", value_at("modes", mode, "resume_seconds"), "s", False),
                      (f"{mode}: reconciles", value_at("modes", mode, "reconciles"), "", False),
                      (f"{mode}: operator CPU", value_at("modes", mode, "operator_cpu_seconds"), "s", False),
                      (f"{mode}: whole footprint CPU", value_at("modes", mode, "footprint_cpu_seconds"),
                       "s", False)]
+            # In the order they happen: the start-up lines, the reconcile, converged.
+            phases = list(dict.fromkeys(k for r in runs for k in
+                                        (r.get("modes", {}).get(mode, {}).get("phases") or {})))
+            figs += [(f"{mode}: to {k}", value_at("modes", mode, "phases", k), "s", False)
+                     for k in phases]
         return figs
     if scenario == "cost":
         sizes = sorted({r["n"] for r in runs if "n" in r})

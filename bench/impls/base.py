@@ -121,6 +121,16 @@ class Impl:
     def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
         raise NotImplementedError
 
+    # Lines the process that watches writes as it starts, in order (none: not timed), and a
+    # restart of that process alone where it has workers beside it (``restart_watcher``).
+    startup_lines: ClassVar[tuple[str, ...]] = ()
+
+    def restart_watcher(self, trace: Path, sleep_ms: int = 0) -> None:
+        raise NotImplementedError
+
+    def process_log(self, name: str) -> Path:
+        raise NotImplementedError
+
     def stop_leader(self) -> None:
         raise NotImplementedError
 

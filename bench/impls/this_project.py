@@ -148,6 +148,21 @@ class ThisProject(Impl):
     def _watcher(self, env: dict[str, str]) -> Proc:
         return self.spawn("watcher", [sys.executable, "manage.py", "watch", RECONCILER], env)
 
+    # The lines the watcher writes as it starts (``reconcilers/_watch/lifecycle.py``): the
+    # relist times them to show where a restart's time goes.
+    startup_lines = ("watching ", "leading: starting streams")
+
+    def restart_watcher(self, trace: Path, sleep_ms: int = 0) -> None:
+        """The watcher alone stops and starts again (a watcher pod replaced), the workers
+        running on: the cold start of the process that lists, fences and sends."""
+        watcher = next(p for p in self.procs if p.name == "watcher")
+        watcher.stop()
+        self.procs.remove(watcher)
+        self.procs.insert(0, self._watcher(self.env(trace, sleep_ms)))
+
+    def process_log(self, name: str) -> Path:
+        return self.logs() / f"{name}.log"
+
     def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
         """A second watcher campaigning for the Lease, as the cluster manifests run two."""
         env = {**self.env(trace, sleep_ms), "OPERATOR_WATCHER_HTTP_PORT": "0"}
