@@ -108,7 +108,8 @@ class Runner:
             raise SystemExit("the local control plane is not up: run `make up` (or make bench)")
         if self.cfg.own_postgres is not None:
             t = time.monotonic()
-            self._own_postgres_started = self.cfg.own_postgres.start()
+            self.cfg.own_postgres.start()
+            self._own_postgres_started = True
             self.log(f"the bench's durable PostgreSQL on port {self.cfg.own_postgres.port} "
                      f"ready ({time.monotonic() - t:.1f}s)")
         from .impls.base import kill_leftovers
@@ -178,7 +179,7 @@ class Runner:
                 impl.stop()
 
     def close(self) -> None:
-        """Stop the bench's PostgreSQL if this runner started it."""
+        """Stop the bench's PostgreSQL if this runner started (or adopted) it."""
         if getattr(self, "_own_postgres_started", False):
             self.cfg.own_postgres.stop()
             self._own_postgres_started = False

@@ -46,9 +46,10 @@ class OwnPostgres:
     def pid(self) -> int | None:
         return read_pid(self.run_dir / f"{NAME}.pid")
 
-    def start(self) -> bool:
-        """Start it unless it is up (``initdb`` first if it has no data directory); create the
-        bench's role. True when this call started it (so the caller stops it)."""
+    def start(self) -> None:
+        """Start it (``initdb`` first if it has no data directory) and create the bench's
+        role. One left running by a killed run of this scratch directory (one harness at a
+        time uses it) is adopted; a server the bench did not start on its port is refused."""
         bindir = services.postgres_bindir()
         if bindir is None:
             raise SystemExit("PostgreSQL is not installed: the bench runs its own instance "
@@ -63,8 +64,11 @@ class OwnPostgres:
                       "--locale=C.UTF-8"]
             subprocess.run((["runuser", "-u", os_user, "--"] if os_user else []) + initdb,
                            check=True, capture_output=True)
-        started = False
-        if self.pid() is None and not port_open(self.port):
+        if self.pid() is None:
+            if port_open(self.port):
+                raise SystemExit(f"port {self.port} is taken by a server the bench did not "
+                                 "start; give the bench's PostgreSQL another port "
+                                 "(BENCH_POSTGRES_PORT=...)")
             # No -c for fsync, synchronous_commit or full_page_writes: PostgreSQL's defaults
             # (all on) are the point of this instance.
             argv = [str(bindir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
@@ -74,13 +78,12 @@ class OwnPostgres:
             pid = spawn(NAME, argv, self.run_dir, self.run_dir, user=os_user)
             wait_until("the bench's PostgreSQL", lambda: self._sql("select 1") == "1", 60,
                        self.run_dir / f"{NAME}.log", pid)
-            started = True
         if self._sql(f"select 1 from pg_roles where rolname = '{self.user}'") != "1":
             self._sql(f"create role {self.user} login createdb password '{self.password}'")
-        return started
 
     def stop(self) -> None:
-        """A fast shutdown: SIGTERM to the group, as the stack stops its own."""
+        """SIGTERM to its process group: the postmaster's smart shutdown, every backend told
+        to end (the bench's own processes have stopped by then); SIGKILL after 30 s."""
         stop(NAME, self.run_dir, timeout=30)
 
     def _sql(self, sql: str) -> str:
