@@ -118,6 +118,13 @@ FIGURES = [
            mib("footprint_rss_peak_kb"), PEERS),
     Figure("PSS after converging, whole footprint", "MiB", "converge",
            mib("footprint_memory_after", "pss_kb"), PEERS),
+    # The steady updates among all N converged objects (the latency scenario's are among 100).
+    Figure("100 updates/s among all N objects: event -> reconcile start p50", "ms", "converge",
+           _steady("start_p50_ms")),
+    Figure("100 updates/s among all N objects: event -> reconcile start p99", "ms", "converge",
+           _steady("start_p99_ms")),
+    Figure("100 updates/s among all N objects: CPU per update, whole footprint", "ms", "converge",
+           _steady("footprint_cpu_ms_per_update"), PEERS),
     # At scale: the same figures with N=10,000 objects, and how the cost grows with N.
     Figure(f"converge N={SCALE:,}", "obj/s", "converge", value_at("objects_per_second"), PEERS,
            size=SCALE),
