@@ -53,9 +53,10 @@ clean: down
 	rm -rf .local .venv
 
 # Benchmarks against kopf, controller-runtime and the api-server ceiling on the local stack
-# (docs/contributing/benchmarks.md). bench-quick is CI-sized: N=200, one repetition, a few
-# minutes.
-# Extra arguments: make bench BENCH_ARGS="--large" (N=10,000 cost curve and relist).
+# (docs/contributing/benchmarks.md), on a durable PostgreSQL of the bench's own. bench-quick is
+# CI-sized: N=200 and 400, one repetition, minutes. bench: N=1,000 and 10,000, three
+# repetitions, about an hour. Extra arguments: make bench BENCH_ARGS="--large" (N=30,000 too,
+# the relist at N=10,000).
 BENCH_ARGS ?=
 
 .PHONY: bench bench-quick

@@ -2,8 +2,8 @@
 figures (``bench.figures``) in docs/contributing/benchmarks.md.
 
     make bench-quick   # N=200, 1 repetition, 5 s latency windows: a few minutes
-    make bench         # N=1,000, 3 repetitions alternating implementations
-    python -m bench --large            # also N=10,000 (cost curve, relist)
+    make bench         # N=1,000 and 10,000, 3 repetitions alternating implementations
+    python -m bench --large            # also N=30,000, and the relist at N=10,000
     python -m bench --quick --scenarios converge --impls this-project,cr-matched
     python -m bench.figures            # the headline again, from every results file
 """
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import config, figures, report, results
+from . import config, figures, postgres, report, results
 from .harness import SCENARIOS, Plan, Runner
 from .impls import DEFAULT
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the CI-sized run")
     parser.add_argument("--large", action="store_true",
-                        help="full run with N=10,000 for the cost curve and the relist")
+                        help="full run with N=30,000 too, and the relist at N=10,000")
     parser.add_argument("--n", type=int, help="objects in the converge scenario")
     parser.add_argument("--reps", type=int, help="repetitions (default 1 quick, 3 full)")
     parser.add_argument("--window", type=float, help="seconds of each latency window")
@@ -68,9 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.window:
         kw["window"] = args.window
     if args.quick:
-        if args.n:
-            kw["cost_sizes"] = [0, args.n]
-            kw["relist_n"] = args.n
         plan = Plan.quick(**kw)
     else:
         plan = Plan.full(large=args.large, **kw)
@@ -86,11 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(plan)
     print(f"bench: mode {plan.mode}, N={plan.n}, reps={plan.reps}, scenarios {plan.scenarios}, "
           f"implementations {plan.impls}; scratch in {runner.cfg.work_dir}", flush=True)
-    runner.prepare()
-    measured = runner.run()
+    try:
+        runner.prepare()
+        # Read from the server, before anything is measured: what the ledger paid for.
+        durability = runner.durability()
+        shown = ", ".join(f"{k} {durability[k]}" for k in postgres.DURABILITY_SETTINGS)
+        print(f"bench: PostgreSQL on port {durability['port']}: {shown}", flush=True)
+        measured = runner.run()
+    finally:
+        runner.close()
     meta = {"command": command, "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
             **provenance, "elapsed_seconds": time.monotonic() - t0, "plan": plan.as_dict(),
             "machine": config.machine(), "implementations": runner.describe(),
+            "durability": durability,
             "stack": {"kubernetes": "v1.35.4", "etcd": "v3.6.16",
                       "bench_database": runner.cfg.database_url.rsplit("/", 1)[-1],
                       "bench_redis": runner.cfg.redis_url}}

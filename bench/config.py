@@ -3,7 +3,9 @@
 Everything a run needs to know about the machine comes from here, so the harness, the
 implementations and the smoke test agree. The benchmark never touches dev or test data: it
 uses its own PostgreSQL database (``BENCH_DATABASE_URL``, default ``operator_bench``) and its own
-Redis db number (``BENCH_REDIS_URL``, default db 12). Venvs and binaries are cached outside the
+Redis db number (``BENCH_REDIS_URL``, default db 12). A harness run (``load(own_postgres=True)``)
+puts that database on a PostgreSQL of its own with the durable defaults (``bench.postgres``)
+unless ``BENCH_DATABASE_URL`` names a server. Venvs and binaries are cached outside the
 repo under ``${OPERATOR_CACHE_DIR:-~/.cache/django-crd-operator}/bench``.
 """
 
@@ -37,6 +39,9 @@ class BenchConfig:
     work_dir: Path  # per-run scratch: traces, logs, schedules (outside the repo's tracked files)
     python: str = sys.executable
     env: dict = field(default_factory=dict)
+    # The bench's private PostgreSQL (``bench.postgres``) when the database lives on it; None:
+    # the database is on the stack's server (or the one BENCH_DATABASE_URL names).
+    own_postgres: object = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -57,6 +62,9 @@ class BenchConfig:
     def stack_pids(self) -> dict[str, int]:
         """``{service: pid}`` of the local stack, from ``.local/run/*.pid``."""
         pids = {f.stem: read_pid(f) for f in sorted(self.stack.run_dir.glob("*.pid"))}
+        if self.own_postgres is not None:
+            # The PostgreSQL this run's database lives on is the one its figures count.
+            pids["postgres"] = self.own_postgres.pid()
         return {name: pid for name, pid in pids.items() if pid is not None}
 
     def control_plane_bin(self) -> Path:
@@ -72,13 +80,23 @@ def _db_url_default(stack: stack_config.StackConfig) -> str:
 
 
 def load(work_dir: Path | None = None, database_url: str | None = None,
-         redis_url: str | None = None) -> BenchConfig:
+         redis_url: str | None = None, own_postgres: bool = False) -> BenchConfig:
+    """``own_postgres``: the bench database on the bench's durable PostgreSQL
+    (``bench.postgres``; the caller starts it) unless a database URL is given."""
     stack = stack_config.load()
     work = work_dir or Path(os.environ.get("BENCH_WORK_DIR", REPO / ".local" / "bench"))
     work.mkdir(parents=True, exist_ok=True)
+    database_url = database_url or os.environ.get("BENCH_DATABASE_URL")
+    own = None
+    if own_postgres and not database_url:
+        from . import postgres
+
+        own = postgres.own(stack, work)
+        database_url = own.url("operator_bench")
     return BenchConfig(
         stack=stack,
-        database_url=database_url or os.environ.get("BENCH_DATABASE_URL") or _db_url_default(stack),
+        own_postgres=own,
+        database_url=database_url or _db_url_default(stack),
         redis_url=redis_url or os.environ.get("BENCH_REDIS_URL")
         or f"redis://127.0.0.1:{stack.redis_port}/12",
         work_dir=work,

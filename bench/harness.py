@@ -21,6 +21,9 @@ from .scenarios import burst, converge, cost, latency, relist
 from .scenarios.common import Harness
 
 SCENARIOS = ["converge", "latency", "burst", "cost", "relist"]
+# The implementations measured at every size (``Plan.sizes``): the headline's. The others run
+# at the plan's N only, which keeps a full run within the hour.
+SCALE_IMPLS = ("this-project", "kopf", "cr-matched")
 
 
 @dataclass
@@ -34,8 +37,12 @@ class Plan:
     window: float = 5.0
     burst_k: int = 100
     burst_spread: float = 1.0
-    cost_sizes: list[int] = field(default_factory=lambda: [0, 200])
+    cost_sizes: list[int] = field(default_factory=lambda: [0, 200, 400])
     relist_n: int = 200
+    # The converge sizes (the first is ``n``): the cost's slope over N and the steady updates
+    # among N objects come from these. Only ``SCALE_IMPLS`` run the sizes above ``n``.
+    sizes: list[int] = field(default_factory=lambda: [200, 400])
+    steady_rate: int = 100  # updates/s among the converged objects after each converge
     scenarios: list[str] = field(default_factory=lambda: list(SCENARIOS))
     impls: list[str] = field(default_factory=lambda: list(DEFAULT))
     workers: int = 1
@@ -45,16 +52,23 @@ class Plan:
 
     @classmethod
     def quick(cls, **kw) -> "Plan":
-        return cls(**kw)
+        n = kw.get("n", 200)
+        base = dict(sizes=[n, 2 * n], cost_sizes=[0, n, 2 * n], relist_n=n)
+        base.update(kw)
+        return cls(**base)
 
     @classmethod
     def full(cls, large: bool = False, **kw) -> "Plan":
         n = kw.pop("n", 1000)
+        sizes = sorted({n, 10_000, *([30_000] if large else [])})
         base = dict(mode="full-large" if large else "full", n=n, reps=3, window=15.0,
-                    cost_sizes=[0, n, 10_000] if large else [0, n],
-                    relist_n=10_000 if large else n)
+                    sizes=sizes, cost_sizes=[0, *sizes], relist_n=10_000 if large else n)
         base.update(kw)
         return cls(**base)
+
+    def at(self, size: int, impl: Impl) -> bool:
+        """Whether ``impl`` is measured at ``size`` (all at ``n``, the headline's at all)."""
+        return size in (0, self.n) or impl.name in SCALE_IMPLS
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -68,7 +82,7 @@ def rotated(items: list, k: int) -> list:
 class Runner:
     def __init__(self, plan: Plan, cfg: BenchConfig | None = None, log=None):
         self.plan = plan
-        self.cfg = cfg or config.load()
+        self.cfg = cfg or config.load(own_postgres=True)
         self.log = log or (lambda *a: print(*a, flush=True))
         self.kube = Kube.from_config(self.cfg)
         self.h = Harness(self.cfg, self.kube, quick=plan.mode == "quick")
@@ -92,6 +106,12 @@ class Runner:
 
         if not controlplane.ready(self.cfg.stack):
             raise SystemExit("the local control plane is not up: run `make up` (or make bench)")
+        if self.cfg.own_postgres is not None:
+            t = time.monotonic()
+            self.cfg.own_postgres.start()
+            self._own_postgres_started = True
+            self.log(f"the bench's durable PostgreSQL on port {self.cfg.own_postgres.port} "
+                     f"ready ({time.monotonic() - t:.1f}s)")
         from .impls.base import kill_leftovers
 
         killed = kill_leftovers(self.cfg.work_dir / "procs.txt")
@@ -138,12 +158,31 @@ class Runner:
                  f"{report.one_line(scenario, res)} ({res['seconds']}s)")
         return res
 
+    def durability(self) -> dict:
+        """The durability settings of the server under the bench database, from the server
+        (the bench database's own: ``synchronous_commit`` can be set per database)."""
+        from urllib.parse import urlsplit
+
+        from . import postgres
+
+        try:
+            return postgres.durability(self.cfg.database_url)
+        except Exception:  # no bench database (this project not among the implementations)
+            url = urlsplit(self.cfg.database_url)
+            return postgres.durability(url._replace(path="/postgres").geturl())
+
     def run(self) -> dict[str, list[dict]]:
         try:
             return self._run()
         finally:
             for impl in self.impls:  # interrupted: leave nothing running
                 impl.stop()
+
+    def close(self) -> None:
+        """Stop the bench's PostgreSQL if this runner started (or adopted) it."""
+        if getattr(self, "_own_postgres_started", False):
+            self.cfg.own_postgres.stop()
+            self._own_postgres_started = False
 
     def _run(self) -> dict[str, list[dict]]:
         p = self.plan
@@ -152,9 +191,13 @@ class Runner:
             runs: list[dict] = []
             for rep in range(p.reps):
                 if scenario == "converge":
-                    for impl in rotated([i for i in self.impls
-                                         if i.only is None or scenario in i.only], rep):
-                        runs.append(self._attempt(scenario, impl, converge.run, self.h, impl, p.n, rep))
+                    for size in p.sizes:
+                        for impl in rotated([i for i in self.impls if p.at(size, i)
+                                             and (i.only is None or scenario in i.only)], rep):
+                            steady = None if getattr(impl, "is_ceiling", False) else (
+                                p.steady_rate, p.window)
+                            runs.append(self._attempt(scenario, impl, converge.run, self.h,
+                                                      impl, size, rep, steady))
                     continue
                 for impl in rotated(self.operators(scenario), rep):
                     if scenario == "latency":
@@ -167,7 +210,7 @@ class Runner:
                         runs.append(self._attempt(scenario, impl, relist.run, self.h, impl,
                                                   p.relist_n, rep))
                     elif scenario == "cost":
-                        for n in p.cost_sizes:
+                        for n in [n for n in p.cost_sizes if p.at(n, impl)]:
                             reuse = next((r for r in results.get("converge", [])
                                           if r.get("impl") == impl.name and r.get("n") == n
                                           and r.get("rep") == rep and "operator_memory_after" in r),

@@ -39,25 +39,49 @@ def mib(*path: str) -> Callable[[dict], float | None]:
     return lambda run: None if not kb(run) else kb(run) / 1024
 
 
+def _at_size(n: int, get: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
+    return lambda r: get(r) if r.get("n") == n else None
+
+
+def _converge_figures() -> list[Figure]:
+    figs: list[Figure] = [
+        ("objects/s", value_at("objects_per_second"), "obj/s", True),
+        ("converge time", value_at("converge_seconds"), "s", False),
+        ("reconciles", value_at("reconciles"), "", False),
+        ("api writes per object", value_at("writes_per_object"), "", False),
+        ("operator CPU per object", value_at("cpu_ms_per_object", "operator"), "ms", False),
+        ("whole footprint CPU per object", value_at("cpu_ms_per_object", FOOTPRINT), "ms",
+         False),
+    ]
+    for g in ("postgres (all)", "postgres (bench db backends)", "redis", "kube-apiserver",
+              "etcd", "harness (loader, observer)"):
+        figs.append((f"{g} CPU per object", value_at("cpu_ms_per_object", g), "ms", False))
+    figs += [("operator peak RSS", mib("operator_rss_peak_kb"), "MiB", False),
+             ("whole footprint peak RSS", mib("footprint_rss_peak_kb"), "MiB", False),
+             ("operator PSS after", mib("operator_memory_after", "pss_kb"), "MiB", False),
+             ("whole footprint PSS after", mib("footprint_memory_after", "pss_kb"), "MiB",
+              False),
+             ("PostgreSQL tables and indexes", lambda r: (
+                 sum(r["storage"]["postgres_tables_bytes"].values()) / 2**20
+                 if (r.get("storage") or {}).get("postgres_tables_bytes") else None),
+              "MiB", False),
+             ("steady updates event->reconcile start p50", value_at("steady", "start_p50_ms"),
+              "ms", False),
+             ("steady updates event->reconcile start p99", value_at("steady", "start_p99_ms"),
+              "ms", False),
+             ("steady updates whole footprint CPU per update",
+              value_at("steady", "footprint_cpu_ms_per_update"), "ms", False)]
+    return figs
+
+
 def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
     if scenario == "converge":
-        figs: list[Figure] = [
-            ("objects/s", value_at("objects_per_second"), "obj/s", True),
-            ("converge time", value_at("converge_seconds"), "s", False),
-            ("reconciles", value_at("reconciles"), "", False),
-            ("api writes per object", value_at("writes_per_object"), "", False),
-            ("operator CPU per object", value_at("cpu_ms_per_object", "operator"), "ms", False),
-            ("whole footprint CPU per object", value_at("cpu_ms_per_object", FOOTPRINT), "ms",
-             False),
-        ]
-        for g in ("postgres (all)", "postgres (bench db backends)", "redis", "kube-apiserver",
-                  "etcd", "harness (loader, observer)"):
-            figs.append((f"{g} CPU per object", value_at("cpu_ms_per_object", g), "ms", False))
-        figs += [("operator peak RSS", mib("operator_rss_peak_kb"), "MiB", False),
-                 ("whole footprint peak RSS", mib("footprint_rss_peak_kb"), "MiB", False),
-                 ("operator PSS after", mib("operator_memory_after", "pss_kb"), "MiB", False),
-                 ("whole footprint PSS after", mib("footprint_memory_after", "pss_kb"), "MiB",
-                  False)]
+        sizes = sorted({r["n"] for r in runs if "n" in r})
+        figs = []
+        for n in sizes:
+            at = f" at N={n}" if len(sizes) > 1 else ""
+            figs += [(label + at, _at_size(n, get), unit, higher)
+                     for label, get, unit, higher in _converge_figures()]
         return figs
     if scenario == "latency":
         rates = sorted({int(k) for r in runs for k in (r.get("rates") or {})})
@@ -85,12 +109,18 @@ def _figures(scenario: str, runs: list[dict]) -> list[Figure]:
                 ("converged after last update", value_at("converged_after_last_update_ms"), "ms", False)]
     if scenario == "relist":
         figs = []
-        for mode in ("connections-dropped", "restart", "paired restart", "standby"):
+        for mode in ("connections-dropped", "restart", "paired restart", "watcher restart",
+                     "standby"):
             figs += [(f"{mode}: resume", value_at("modes", mode, "resume_seconds"), "s", False),
                      (f"{mode}: reconciles", value_at("modes", mode, "reconciles"), "", False),
                      (f"{mode}: operator CPU", value_at("modes", mode, "operator_cpu_seconds"), "s", False),
                      (f"{mode}: whole footprint CPU", value_at("modes", mode, "footprint_cpu_seconds"),
                       "s", False)]
+            # In the order they happen: the start-up lines, the reconcile, converged.
+            phases = list(dict.fromkeys(k for r in runs for k in
+                                        (r.get("modes", {}).get(mode, {}).get("phases") or {})))
+            figs += [(f"{mode}: to {k}", value_at("modes", mode, "phases", k), "s", False)
+                     for k in phases]
         return figs
     if scenario == "cost":
         sizes = sorted({r["n"] for r in runs if "n" in r})
@@ -197,6 +227,16 @@ def table(scenario: str, summary: dict, runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _durability_line(meta: dict) -> str:
+    record = meta.get("durability")
+    if not record:
+        return "PostgreSQL: durability not recorded (the test stack's: fsync off).  "
+    shown = ", ".join(f"{k} {record.get(k)}" for k in ("fsync", "synchronous_commit",
+                                                         "full_page_writes"))
+    return (f"PostgreSQL {record.get('server_version')}: {shown} "
+            f"({'durable' if record.get('durable') else 'not durable'}).  ")
+
+
 def markdown(results: dict[str, list[dict]], meta: dict) -> str:
     parts = [f"Command: `{meta['command'].strip()}`  ",
              f"Date: {meta['started_at']}, {meta['elapsed_seconds']:.0f} s; mode {meta['plan']['mode']}, "
@@ -204,6 +244,7 @@ def markdown(results: dict[str, list[dict]], meta: dict) -> str:
              f"{meta['machine']['cpus']} CPUs ({meta['machine']['cpu_model']}), "
              f"{meta['machine']['memory_gib']} GiB; load average at start "
              f"{', '.join(f'{x:.2f}' for x in meta['machine']['loadavg_at_start'])}.  ",
+             _durability_line(meta),
              "Cells: median (min-max) over repetitions; ratios are this-project / peer on "
              "medians (for times, CPU and counts lower is better; for objects/s higher is).", ""]
     for scenario, runs in results.items():

@@ -7,7 +7,13 @@ the project's version and git commit (and the measured paths with uncommitted ch
 bench's arguments and plan, every implementation's settings, the machine, and every
 environment override in force (``BENCH_*`` - ``BENCH_EXPERIMENT_*`` above all -,
 ``RECONCILERS_*``, ``CELERY_*``, ``GOMAXPROCS``), so ``bench.figures`` can group runs by
-version and mode and keep experiments out of the headline.
+version and mode and keep experiments out of the headline. Two records decide which runs
+belong together: ``project.engine``, a digest of the engine's source (every ``.py`` file of the
+``reconcilers`` package as the run found it, committed or not), so a changed engine under an
+unchanged version never pools its figures with the old one's; and ``durability``, the
+PostgreSQL settings of the server the run's database lived on, read from that server
+(``bench.postgres.durability``). A file without ``durability`` comes from the bench before it
+paid for a durable ledger (fsync off): ``Run.durable`` is False.
 
 Files written before this format (``<date>-[quick-|large-]<scenario>.json``, one per day, no
 version) stay as they are; ``load`` reads them as runs of no recorded version.
@@ -16,6 +22,7 @@ version) stay as they are; ``load`` reads them as runs of no recorded version.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -63,8 +70,24 @@ def _masked(name: str, value: str) -> str:
     return value
 
 
+ENGINE = "reconcilers"  # the package whose source digest groups the runs
+
+
+def engine_digest(root: Path | None = None) -> str:
+    """SHA-256 over the path and content of every ``.py`` file of the engine's package, in
+    path order: equal exactly when the engine's source is. A commit would split runs over
+    changes to docs or tests, and miss uncommitted changes to the engine."""
+    root = root or config.REPO
+    digest = hashlib.sha256()
+    for path in sorted((root / ENGINE).rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def project() -> dict:
-    """The version (``pyproject.toml``) and git commit of the working tree the bench runs."""
+    """The version (``pyproject.toml``), git commit and engine digest of the working tree the
+    bench runs."""
     version = tomllib.loads((config.REPO / "pyproject.toml").read_text())["project"]["version"]
     commit, uncommitted = "unknown", []
     try:
@@ -73,7 +96,8 @@ def project() -> dict:
                        _git("status", "--porcelain", "--", *MEASURED_PATHS).splitlines()]
     except (OSError, subprocess.CalledProcessError):
         pass
-    return {"version": version, "commit": commit, "uncommitted": uncommitted}
+    return {"version": version, "commit": commit, "uncommitted": uncommitted,
+            "engine": engine_digest()}
 
 
 def _git(*args: str) -> str:
@@ -117,6 +141,14 @@ class Run:
     environment: dict[str, str] = field(default_factory=dict)
     scenarios: dict[str, list[dict]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    engine: str | None = None  # None: a file from before the engine's digest was recorded
+    durability: dict | None = None  # None: from before it was recorded (a non-durable server)
+
+    @property
+    def durable(self) -> bool:
+        """The run's ledger was durable: its server said so. A run without the record ran on
+        the stack's PostgreSQL with fsync, synchronous_commit and full_page_writes off."""
+        return bool(self.durability and self.durability.get("durable"))
 
 
 def load(paths: list[Path]) -> list[Run]:
@@ -129,7 +161,8 @@ def load(paths: list[Path]) -> list[Run]:
             proj = data.get("project", {})
             new = Run(key, data["started_at"], data["mode"], proj.get("version"),
                       proj.get("commit", ""), proj.get("uncommitted", []), data.get("plan", {}),
-                      data.get("environment", {}))
+                      data.get("environment", {}), engine=proj.get("engine"),
+                      durability=data.get("durability"))
         else:  # one daily file per scenario: its run is its start and its command
             key = f"{data['started_at']} {data.get('command', '')}"
             new = Run(data["started_at"], data["started_at"], mode_of(data["plan"]["mode"]),

@@ -1,4 +1,5 @@
-"""The headline figures: the median over every full run of one version, never a chosen run.
+"""The headline figures: the median over every durable full run of one engine, never a chosen
+run.
 
 Pure logic on results files written to a temporary directory; no service is needed.
 """
@@ -12,6 +13,11 @@ import pytest
 from bench import figures, results
 
 CONVERGE = figures.FIGURES[0]
+ENGINE = "e" * 64
+DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+           "server_version": "17.6", "port": 15434, "durable": True}
+FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+        "server_version": "17.6", "port": 15432, "durable": False}
 
 
 def converge(impl: str, rate: float, rep: int = 0, ok: bool = True) -> dict:
@@ -19,16 +25,22 @@ def converge(impl: str, rate: float, rep: int = 0, ok: bool = True) -> dict:
 
 
 def write_run(out: Path, second: int, rates: dict[str, list[float]], version: str = "1.0.0",
-              mode: str = "full", environment: dict | None = None, **plan) -> None:
+              mode: str = "full", environment: dict | None = None,
+              engine: str | None = ENGINE, durability: dict | None = DURABLE, **plan) -> None:
     """One harness run's converge file: ``rates`` maps an implementation to one objects/s
-    value per repetition."""
+    value per repetition. ``engine`` / ``durability`` None: a file from before they were
+    recorded."""
     runs = [converge(impl, rate, rep) for impl, reps in rates.items()
             for rep, rate in enumerate(reps)]
+    project = {"version": version, "commit": f"{second:040d}", "uncommitted": []}
+    if engine is not None:
+        project["engine"] = engine
     meta = {"run_id": f"2030-01-01T0000{second:02d}Z",
             "started_at": f"2030-01-01 00:{second:02d} UTC",
             "plan": {"mode": "full-large" if mode == "large" else mode, **plan},
-            "project": {"version": version, "commit": f"{second:040d}", "uncommitted": []},
-            "arguments": [], "environment": environment or {}}
+            "project": project, "arguments": [], "environment": environment or {}}
+    if durability is not None:
+        meta["durability"] = durability
     results.write({"converge": runs}, meta, out)
 
 
@@ -41,7 +53,7 @@ def test_the_headline_is_the_median_over_every_full_run_not_the_best_one(tmp_pat
         write_run(tmp_path, second, {"this-project": [rate], "kopf": [100.0]})
     chosen, note = headline(tmp_path)
     values, ratios = figures.cells(chosen, CONVERGE)
-    assert len(chosen.runs) == 3 and "median of its 3 full runs" in note
+    assert len(chosen.runs) == 3 and "median of its 3 durable full runs" in note
     assert values["this-project"] == figures.Cell(200.0, 100.0, 300.0, 3)
     assert ratios["kopf"].median == 2.0
 
@@ -82,7 +94,94 @@ def test_runs_are_grouped_by_version_and_the_newest_with_three_full_runs_is_the_
     chosen, note = headline(tmp_path)
     assert chosen.version == "0.10.0"  # a version number, not a string: 0.10 > 0.9
     assert figures.cells(chosen, CONVERGE)[0]["this-project"].median == 500.0
-    assert "0.11.0 (1)" in note
+    assert "0.11.0" in note and "(1)" in note
+
+
+def test_a_changed_engine_under_an_unchanged_version_is_a_group_of_its_own(tmp_path):
+    for second in range(3):
+        write_run(tmp_path, second, {"this-project": [100.0]}, engine="a" * 64)
+    for second in range(3, 6):
+        write_run(tmp_path, second, {"this-project": [500.0]}, engine="b" * 64)
+    write_run(tmp_path, 6, {"this-project": [900.0]}, engine="c" * 64)
+    groups = figures.group(results.load_dir(tmp_path))
+    assert [(g.engine[0], len(g.runs)) for g in groups] == [("c", 1), ("b", 3), ("a", 3)]
+    chosen, note = figures.choose(groups)
+    assert chosen.engine == "b" * 64  # the newest engine with three durable full runs
+    assert figures.cells(chosen, CONVERGE)[0]["this-project"].median == 500.0
+    assert "`cccccccccccc` (1)" in note
+
+
+def test_runs_from_before_the_engine_digest_are_grouped_by_version_and_labelled(tmp_path):
+    for second in range(2):
+        write_run(tmp_path, second, {"this-project": [100.0]}, engine=None)
+    write_run(tmp_path, 2, {"this-project": [100.0]})
+    groups = figures.group(results.load_dir(tmp_path))
+    assert sorted((g.engine is None, len(g.runs)) for g in groups) == [(False, 1), (True, 2)]
+    assert "| not recorded (grouped by version) |" in figures.docs_block(groups)
+
+
+def test_only_durable_runs_make_the_headline(tmp_path):
+    # More non-durable runs, and newer ones, never outrank three durable ones.
+    for second in range(3):
+        write_run(tmp_path, second, {"this-project": [100.0]})
+    for second in range(3, 7):
+        write_run(tmp_path, second, {"this-project": [900.0]}, durability=FAST)
+    groups = figures.group(results.load_dir(tmp_path))
+    assert {(g.durable, len(g.runs)) for g in groups} == {(True, 3), (False, 4)}
+    chosen, note = figures.choose(groups)
+    assert chosen.durable and "durable full runs" in note
+    assert figures.cells(chosen, CONVERGE)[0]["this-project"].median == 100.0
+
+
+def test_a_run_without_the_durability_record_is_an_old_non_durable_run(tmp_path):
+    for second in range(3):
+        write_run(tmp_path, second, {"this-project": [100.0]}, engine=None, durability=None)
+    (run,) = results.load_dir(tmp_path)[:1]
+    assert run.durable is False
+    groups = figures.group(results.load_dir(tmp_path))
+    chosen, note = figures.choose(groups)
+    assert "No durable full run yet: not a headline" in note
+    block = figures.docs_block(groups)
+    assert "| not recorded: the test stack's, fsync off |" in block
+
+
+def scaled(impl: str, n: int, cpu_seconds: float, pss_kb: float, rep: int = 0) -> dict:
+    return {"impl": impl, "rep": rep, "ok": True, "n": n, "objects_per_second": n / 10,
+            "cpu_seconds": {"whole footprint": cpu_seconds},
+            "footprint_memory_after": {"pss_kb": pss_kb},
+            "storage": {"postgres_tables_bytes": {"a": 1000 * n, "b": 24 * n}}}
+
+
+def test_the_slope_is_fitted_over_the_sizes_of_each_run(tmp_path):
+    # CPU: 1 s + 2 ms per object; PSS: 200 MiB + 10 KiB per object.
+    runs = [scaled("this-project", n, 1 + 0.002 * n, 200 * 1024 + 10 * n)
+            for n in (1000, 10_000)]
+    runs += [scaled("kopf", n, 0.001 * n, 50 * 1024 + 20 * n) for n in (1000, 10_000)]
+    meta = {"run_id": "2030-01-01T000000Z", "started_at": "2030-01-01 00:00 UTC",
+            "plan": {"mode": "full", "n": 1000, "sizes": [1000, 10_000]},
+            "project": {"version": "1.0.0", "engine": ENGINE}, "durability": DURABLE}
+    results.write({"converge": runs}, meta, tmp_path)
+    (run,) = results.load_dir(tmp_path)
+    by_label = {f.label: f for f in figures.FIGURES}
+    cpu = by_label["slope: CPU to converge one more object, whole footprint"]
+    pss = by_label["slope: PSS per cached object, whole footprint"]
+    tables = by_label["slope: PostgreSQL tables and indexes per object"]
+    projected = by_label["PSS after converging N=100,000, whole footprint, fitted"]
+    assert figures.per_run(run, cpu, "this-project") == pytest.approx(2.0)  # ms per object
+    assert figures.per_run(run, pss, "this-project") == pytest.approx(10 * 1024)
+    assert figures.per_run(run, tables, "this-project") == pytest.approx(1024)
+    assert figures.per_run(run, projected, "this-project") == pytest.approx(
+        200 + 100_000 * 10 / 1024)
+    assert figures.per_run_ratio(run, pss, "kopf") == pytest.approx(0.5)
+    # A figure at the run's own N reads only that size's repetitions.
+    assert figures.per_run(run, CONVERGE, "this-project") == 100.0
+    at_scale = by_label["converge N=10,000"]
+    assert figures.per_run(run, at_scale, "this-project") == 1000.0
+
+
+def test_one_size_gives_no_slope():
+    assert figures.fit([(1000, 5.0), (1000, 6.0)]) is None
+    assert figures.fit([(1000, 1.0), (3000, 5.0)]) == pytest.approx((0.002, -1.0))
 
 
 def test_quick_runs_and_experiments_never_count_toward_the_headline(tmp_path):
@@ -108,7 +207,7 @@ def test_fewer_than_three_full_runs_are_shown_labelled_as_such(tmp_path):
     write_run(tmp_path, 1, {"this-project": [200.0]})
     groups = figures.group(results.load_dir(tmp_path))
     block = figures.docs_block(groups)
-    assert "Fewer than three full runs" in block
+    assert "Fewer than three durable full runs" in block
     assert "has 2" in block
     assert "| converge (obj/s) | 150 (100-200)" in block
 

@@ -37,3 +37,21 @@ def test_paired_restarts_take_turns_at_going_first():
 
     pairs = [alternate(["ours", "kopf"], turn) for turn in range(4)]
     assert pairs == [["ours", "kopf"], ["kopf", "ours"], ["ours", "kopf"], ["kopf", "ours"]]
+
+
+def test_where_a_restart_spends_its_time_is_timed_from_the_watchers_own_lines(tmp_path):
+    from bench.scenarios.relist import LogLines, phases
+
+    log = tmp_path / "watcher.log"
+    log.write_text("watching benchitems as old\nleading: starting streams (term 1)\n")
+    lines = LogLines(log, ("watching ", "leading: starting streams"))
+    lines.poll()  # the previous process's lines, before the restart, are not this start's
+    assert lines.seen == {"watching ": None, "leading: starting streams": None}
+    with open(log, "a") as f:
+        f.write("watching benchitems as new\n")
+    lines.poll()
+    seen = lines.seen
+    assert seen["watching "] is not None and seen["leading: starting streams"] is None
+    out = phases(seen["watching "] - 0.5, seen, None, seen["watching "] + 0.25)
+    assert out == {"line 'watching'": 0.5, "line 'leading: starting streams'": None,
+                   "canary reconcile start": None, "canary converged": 0.75}

@@ -72,3 +72,57 @@ def test_the_project_version_and_commit_are_recorded():
     project = results.project()
     assert project["version"] and len(project["commit"]) == 40
     assert isinstance(project["uncommitted"], list)
+
+
+def test_the_project_version_and_commit_are_recorded_with_the_engines_digest():
+    project = results.project()
+    assert project["engine"] == results.engine_digest() and len(project["engine"]) == 64
+
+
+def test_the_engine_digest_follows_the_engines_source_and_nothing_else(tmp_path):
+    engine = tmp_path / "reconcilers"
+    (engine / "_watch").mkdir(parents=True)
+    (engine / "_watch" / "lifecycle.py").write_text("A = 1\n")
+    (tmp_path / "docs.md").write_text("text")
+    before = results.engine_digest(tmp_path)
+    (tmp_path / "docs.md").write_text("other text")  # not the engine
+    (engine / "README.txt").write_text("not python")
+    assert results.engine_digest(tmp_path) == before
+    (engine / "_watch" / "lifecycle.py").write_text("A = 2\n")
+    assert results.engine_digest(tmp_path) != before
+
+
+def test_each_file_records_the_servers_durability_and_load_reads_it(tmp_path):
+    record = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+              "server_version": "17.6", "port": 15434, "durable": True}
+    results.write({"converge": []}, meta(durability=record), tmp_path)
+    results.write({"converge": []}, meta("2030-01-01T000100Z"), tmp_path)  # before the record
+    (path, _) = sorted(tmp_path.glob("*.json"))
+    assert json.loads(path.read_text())["durability"] == record
+    durable, old = results.load_dir(tmp_path)
+    assert (durable.durable, durable.durability) == (True, record)
+    assert (old.durable, old.durability) == (False, None)
+
+
+def test_durable_means_every_setting_that_keeps_a_commit_through_a_crash():
+    from bench.postgres import is_durable
+
+    on = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    assert is_durable(on)
+    assert is_durable({**on, "synchronous_commit": "remote_apply"})
+    for name in on:
+        assert not is_durable({**on, name: "off"}), name
+    assert not is_durable({})
+
+
+def test_the_full_plan_measures_every_size_for_the_headlines_implementations():
+    from bench.harness import Plan
+    from bench.impls.base import Impl
+
+    full, large = Plan.full(), Plan.full(large=True)
+    assert (full.sizes, full.cost_sizes) == ([1000, 10_000], [0, 1000, 10_000])
+    assert large.sizes == [1000, 10_000, 30_000]
+    assert Plan.quick().sizes == [200, 400] and Plan.quick(n=50).cost_sizes == [0, 50, 100]
+    ours, other = Impl(cfg=None, name="this-project"), Impl(cfg=None, name="cr-default")
+    assert full.at(10_000, ours) and not full.at(10_000, other)
+    assert full.at(1000, other) and full.at(0, other)

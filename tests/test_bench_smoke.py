@@ -20,7 +20,7 @@ CONVERGE_KEYS = {
     "impl", "n", "rep", "ok", "check", "loader", "reconciles", "cpu_seconds", "wall_seconds",
     "api_requests", "api_writes", "impl_writes", "writes_per_object", "cpu_ms_per_object",
     "operator_rss_peak_kb", "operator_memory_after", "converge_seconds", "objects_per_second",
-    "footprint_rss_peak_kb", "footprint_memory_after",
+    "footprint_rss_peak_kb", "footprint_memory_after", "storage", "steady",
 }
 
 
@@ -36,7 +36,7 @@ def bench_runner(stack, tmp_path):
                     f"{db['NAME']}_bench")
     cfg = config.load(work_dir=tmp_path / "bench", database_url=database_url,
                       redis_url=settings.REDIS_URL)
-    plan = Plan.quick(n=20, scenarios=["converge"], impls=["this-project"])
+    plan = Plan.quick(n=20, sizes=[20], scenarios=["converge"], impls=["this-project"])
     runner = Runner(plan, cfg, log=lambda *_: None)
     runner.prepare()
     return runner
@@ -62,6 +62,11 @@ def test_this_project_converges_and_reports_every_figure(bench_runner, tmp_path)
     assert footprint["processes"] > memory["processes"]
     assert footprint["pss_kb"] > memory["pss_kb"] > 0
     assert run["footprint_rss_peak_kb"] >= run["operator_rss_peak_kb"] > 0
+    # The ledger's tables hold the run's work; the steady updates among the 20 objects were
+    # each reconciled and converged.
+    assert sum(run["storage"]["postgres_tables_bytes"].values()) > 0
+    assert run["steady"]["complete"] and run["steady"]["updates"] == 500
+    assert run["steady"]["start_samples"] > 0
 
     meta = {"command": "test", "started_at": "now", "run_id": "2000-01-01T000000Z",
             "elapsed_seconds": 1.0,

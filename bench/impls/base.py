@@ -121,6 +121,16 @@ class Impl:
     def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
         raise NotImplementedError
 
+    # Lines the process that watches writes as it starts, in order (none: not timed), and a
+    # restart of that process alone where it has workers beside it (``restart_watcher``).
+    startup_lines: ClassVar[tuple[str, ...]] = ()
+
+    def restart_watcher(self, trace: Path, sleep_ms: int = 0) -> None:
+        raise NotImplementedError
+
+    def process_log(self, name: str) -> Path:
+        raise NotImplementedError
+
     def stop_leader(self) -> None:
         raise NotImplementedError
 
@@ -143,6 +153,11 @@ class Impl:
     def run_version(self) -> str:
         """The version that ran, recorded with every run (a working tree can move mid-run)."""
         return ""
+
+    def storage(self) -> dict:
+        """What the implementation keeps outside its processes, in bytes (this project: its
+        PostgreSQL tables, Redis's memory); a peer keeps everything in its processes."""
+        return {}
 
     # --- helpers ---------------------------------------------------------------------------
 

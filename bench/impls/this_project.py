@@ -113,6 +113,23 @@ class ThisProject(Impl):
     def run_version(self) -> str:
         return _git_version()
 
+    def storage(self) -> dict:
+        """The ledger's, the history's and the stream's tables with their indexes and TOAST
+        (``pg_total_relation_size``), and Redis's ``used_memory`` (the instance's: the
+        cache and the broker share it with whatever else uses that Redis)."""
+        import psycopg
+        import redis
+
+        with psycopg.connect(self.cfg.database_url, autocommit=True) as conn:
+            tables = {t: conn.execute("SELECT pg_total_relation_size(%s)", [t]).fetchone()[0]
+                      for t in TABLES}
+        r = redis.Redis.from_url(self.cfg.redis_url)
+        try:
+            used = int(r.info("memory")["used_memory"])
+        finally:
+            r.close()
+        return {"postgres_tables_bytes": tables, "redis_used_memory": used}
+
     def start(self, trace: Path, sleep_ms: int = 0) -> None:
         env = self.env(trace, sleep_ms)
         py = sys.executable
@@ -130,6 +147,21 @@ class ThisProject(Impl):
 
     def _watcher(self, env: dict[str, str]) -> Proc:
         return self.spawn("watcher", [sys.executable, "manage.py", "watch", RECONCILER], env)
+
+    # The lines the watcher writes as it starts (``reconcilers/_watch/lifecycle.py``): the
+    # relist times them to show where a restart's time goes.
+    startup_lines = ("watching ", "leading: starting streams")
+
+    def restart_watcher(self, trace: Path, sleep_ms: int = 0) -> None:
+        """The watcher alone stops and starts again (a watcher pod replaced), the workers
+        running on: the cold start of the process that lists, fences and sends."""
+        watcher = next(p for p in self.procs if p.name == "watcher")
+        watcher.stop()
+        self.procs.remove(watcher)
+        self.procs.insert(0, self._watcher(self.env(trace, sleep_ms)))
+
+    def process_log(self, name: str) -> Path:
+        return self.logs() / f"{name}.log"
 
     def start_standby(self, trace: Path, sleep_ms: int = 0) -> None:
         """A second watcher campaigning for the Lease, as the cluster manifests run two."""

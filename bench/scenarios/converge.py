@@ -6,6 +6,13 @@ loading costs the operator as little CPU as possible. Objects are spread over
 ``ceil(N / 1000)`` namespaces. The same run yields the cost figures (CPU per converged object
 per process group, api-server writes per object, RSS). The ceiling implementations run
 ``apiload ceiling -mode converge`` instead: create + status write per object, no operator.
+
+After converging, an operator's run goes on (``steady``): updates at a steady rate (100/s)
+round-robin over the N converged objects for the latency window - the steady state of an
+install that holds N objects, measured as the latency scenario measures it (stamp -> reconcile
+start, stamp -> converged, CPU per update). Its storage is recorded before and after
+(``Impl.storage``: this project's PostgreSQL tables and Redis memory), so the growth with N
+can be fitted over the sizes.
 """
 
 from __future__ import annotations
@@ -17,16 +24,20 @@ from .. import workload
 from ..impls.base import Impl
 from ..impls.ceiling import apiload
 from .common import Harness, Meter, measured_run
+from .latency import window_of
 
 VALUE = 7
 
 
-def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
+def run(h: Harness, impl: Impl, n: int, rep: int,
+        steady: tuple[int, float] | None = None) -> dict:
+    """``steady``: ``(rate, window)`` of the updates among the N objects once converged."""
     if getattr(impl, "is_ceiling", False):
         return _ceiling(h, impl, n, rep)
     namespaces = max(1, math.ceil(n / 1000))
     with measured_run(h, impl, "cv", namespaces) as r:
         time.sleep(1.0)  # let start-up work (relist of the canary, pool warm-up) settle
+        storage_before = impl.storage()
         meter = Meter(h, impl).start()
         loader = apiload(h.cfg, "create", n, r.ns.names, h.loader_concurrency, VALUE) if n else {}
         names = [f"{r.ns.of(i)}/item-{i}" for i in range(n)]
@@ -37,13 +48,24 @@ def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
         last = max((r.observer.converged_at(x, 1) or 0 for x in names), default=0.0)
         time.sleep(1.0)  # the tail of work after the last status write (history, acks)
         cost = meter.stop()
+        storage = _storage(storage_before, impl.storage())
+        reconciles = len(r.trace_lines(since=loader.get("first_create", 0) or 0))
         expected = {(r.ns.of(i), f"item-{i}"): VALUE for i in range(n)}
         expected[(r.ns.names[0], workload.CANARY)] = r.canary_value
+        steady_stats = None
+        if steady and n and done:
+            rate, window = steady
+            steady_stats = window_of(h, r, list(expected), rate, window, 1_000_000)
+            expected.update(steady_stats.pop("_final"))
         check = workload.check(h.kube, r.ns.names, expected)
-        reconciles = len(r.trace_lines(since=loader.get("first_create", 0) or 0))
     out = {"impl": impl.name, "n": n, "rep": rep, "namespaces": namespaces,
-           "ok": check.ok and done, "check": check.as_dict(), "loader": loader,
+           "ok": check.ok and done and (steady_stats is None or steady_stats["complete"]),
+           "check": check.as_dict(), "loader": loader,
            "reconciles": reconciles, **cost}
+    if storage:
+        out["storage"] = storage
+    if steady_stats is not None:
+        out["steady"] = steady_stats
     impl_writes = cost["api_writes"] - loader.get("creates", 0)
     out["impl_writes"] = impl_writes
     if n:
@@ -81,4 +103,14 @@ def _ceiling(h: Harness, impl: Impl, n: int, rep: int) -> dict:
         out["converge_seconds"] = round(res["end"] - res["first_create"], 3)
         out["objects_per_second"] = round(n / out["converge_seconds"], 1)
         out["status_writes_per_second"] = round(n / (status["end"] - status["start"]), 1)
+    return out
+
+
+def _storage(before: dict, after: dict) -> dict:
+    """What the implementation stores after converging, and Redis's memory before it."""
+    if not after:
+        return {}
+    out = dict(after)
+    if "redis_used_memory" in before:
+        out["redis_used_memory_before"] = before["redis_used_memory"]
     return out

@@ -48,11 +48,11 @@ def run(h: Harness, impl: Impl, rates: list[int], window: float, rep: int) -> di
         value = 0
         for rate in rates:
             value += 1_000_000
-            per_rate[str(rate)] = _window(h, r, ns, pool, rate, window, value)
+            per_rate[str(rate)] = window_of(h, r, [(ns, x) for x in pool], rate, window, value)
             r.wait_quiet(time.time(), quiet=1.0, timeout=30)
         expected = {(ns, workload.CANARY): r.canary_value}
         for stats in per_rate.values():
-            expected.update({(ns, name): v for name, v in stats.pop("_final").items()})
+            expected.update(stats.pop("_final"))
         for name in pool:
             expected.setdefault((ns, name), 0)
         check = workload.check(h.kube, [ns], expected)
@@ -61,17 +61,19 @@ def run(h: Harness, impl: Impl, rates: list[int], window: float, rep: int) -> di
             "check": check.as_dict(), "rates": per_rate}
 
 
-def _window(h: Harness, r, ns: str, pool: list[str], rate: int, window: float,
-            base_value: int) -> dict:
+def window_of(h: Harness, r, pool: list[tuple[str, str]], rate: int, window: float,
+              base_value: int) -> dict:
+    """``rate`` updates/s for ``window`` seconds, round-robin over ``pool`` (``(namespace,
+    name)`` of converged objects). ``_final`` maps each updated object to its last value."""
     count = int(rate * window)
-    sent: list[tuple[str, float, int, int]] = []  # name, stamp, generation, value
+    sent: list[tuple[tuple[str, str], float, int, int]] = []  # object, stamp, generation, value
     lock = threading.Lock()
 
     def send(k: int) -> None:
-        name = pool[k % len(pool)]
-        stamp, generation = workload.update(h.kube, ns, name, base_value + k)
+        key = pool[k % len(pool)]
+        stamp, generation = workload.update(h.kube, key[0], key[1], base_value + k)
         with lock:
-            sent.append((name, stamp, generation, base_value + k))
+            sent.append((key, stamp, generation, base_value + k))
 
     meter = Meter(h, r.impl, sample_rss=False).start()
     t0 = time.time() + 0.1
@@ -81,12 +83,12 @@ def _window(h: Harness, r, ns: str, pool: list[str], rate: int, window: float,
             if delay > 0:
                 time.sleep(delay)
             pool_ex.submit(send, k)
-    final: dict[str, tuple[int, int]] = {}
-    for name, _stamp, generation, value in sent:
-        if generation > final.get(name, (0, 0))[0]:
-            final[name] = (generation, value)
+    final: dict[tuple[str, str], tuple[int, int]] = {}
+    for key, _stamp, generation, value in sent:
+        if generation > final.get(key, (0, 0))[0]:
+            final[key] = (generation, value)
     complete = r.observer.wait(
-        lambda o: all(o.converged_at(f"{ns}/{n}", g) for n, (g, _) in final.items()), 60)
+        lambda o: all(o.converged_at(f"{ns}/{n}", g) for (ns, n), (g, _) in final.items()), 60)
     cost = meter.stop()
     time.sleep(0.3)  # trace writers may buffer up to 100 ms (the Go peer flushes every 100 ms)
 
@@ -94,7 +96,7 @@ def _window(h: Harness, r, ns: str, pool: list[str], rate: int, window: float,
     for t, obj, gen in r.trace_lines(since=t0 - 0.5):
         starts.setdefault(obj, []).append((t, gen))
     to_start, to_converged = [], []
-    for name, stamp, generation, _ in sent:
+    for (ns, name), stamp, generation, _ in sent:
         obj = f"{ns}/{name}"
         first = next((t for t, g in starts.get(obj, ()) if g >= generation and t >= stamp - 0.001),
                      None)
@@ -118,5 +120,5 @@ def _window(h: Harness, r, ns: str, pool: list[str], rate: int, window: float,
         "footprint_cpu_ms_per_update": round(cost["cpu_seconds"][FOOTPRINT] * 1000
                                              / max(1, len(sent)), 3),
         "cost": cost,
-        "_final": {name: v for name, (_, v) in final.items()},
+        "_final": {key: v for key, (_, v) in final.items()},
     }

@@ -8,9 +8,18 @@ Two ways, both applied to each implementation:
 - ``restart``: the whole operator restarts, as a rolling upgrade replaces it (this project: the
   watcher and every worker; kopf and controller-runtime: their one process); the reconciles
   its start makes are counted (controller-runtime lists and reconciles all N objects again).
+- ``watcher restart``: where the watch runs in a process of its own beside the workers (this
+  project), that process alone restarts: the cold start of the watcher, timed three times
+  like ``restart``.
 - ``standby``: where an implementation has a standby (this project: a second watcher), the
   leader stops cleanly with the standby running, as in a rolling update of two replicas; the
-  standby takes over.
+  standby takes over. Nothing changed meanwhile but the canary, so every other reconcile the
+  takeover makes is one too many (the target is 0).
+
+Where the implementation names the lines its watching process writes as it starts
+(``Impl.startup_lines``: this project's ``watching ...`` and ``leading: starting streams``),
+each restart and the takeover record ``phases``: seconds from the disruption to each line, to
+the canary's reconcile starting and to the canary converged - where the time goes.
 - ``paired restart`` (``run_paired``): this project and kopf run side by side, each watching
   only its own namespace with N objects, and their restarts alternate - A, B, A, B, ... - so
   each pair is timed under the same conditions. A single start is CPU-bound, and on the shared
@@ -33,7 +42,9 @@ from __future__ import annotations
 import contextlib
 import math
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 from .. import probes, workload
 from ..impls.base import Impl
@@ -78,12 +89,13 @@ def run(h: Harness, impl: Impl, n: int, rep: int) -> dict:
                                max(120.0, n / 5)):
             raise TimeoutError(f"{impl.name}: {n} objects did not converge before the relist")
         r.wait_quiet(0, quiet=2.0, timeout=120)
-        modes = ["connections-dropped", "restart"] + (["standby"] if impl.supports_standby
-                                                       else [])
+        modes = (["connections-dropped", "restart"]
+                 + (["watcher restart"] if impl.startup_lines else [])
+                 + (["standby"] if impl.supports_standby else []))
         for mode in modes:
             if mode == "standby":
                 start_standby(impl, r.trace)
-            times = RESTARTS if mode == "restart" and not h.quick else 1
+            times = RESTARTS if mode in ("restart", "watcher restart") and not h.quick else 1
             results[mode] = _median_of([_disrupt(h, impl, r, mode) for _ in range(times)])
         expected = {(r.ns.of(i), f"item-{i}"): VALUE for i in range(n)}
         expected[(r.ns.names[0], workload.CANARY)] = r.canary_value
@@ -134,10 +146,17 @@ def alternate(items: list, turn: int) -> list:
 def _disrupt(h: Harness, impl: Impl, r: Run, mode: str) -> dict:
     """One disruption of ``mode``, timed until the canary converged and the work settled."""
     meter = Meter(h, impl, sample_rss=False).start()
+    lines = None
+    if impl.startup_lines and mode != "connections-dropped":
+        # The process whose start is timed: the new watcher, or the standby taking over.
+        lines = LogLines(impl.process_log("standby" if mode == "standby" else "watcher"),
+                         impl.startup_lines).start()
     t0 = time.time()
     dropped = None
     if mode == "restart":
         impl.restart(r.trace)
+    elif mode == "watcher restart":
+        impl.restart_watcher(r.trace)
     elif mode == "standby":
         impl.stop_leader()
     else:
@@ -147,7 +166,7 @@ def _disrupt(h: Harness, impl: Impl, r: Run, mode: str) -> dict:
     r.wait_quiet(t0, quiet=3.0, timeout=300)
     cost = meter.stop()
     runs = r.trace_lines(since=t0)
-    return {
+    out = {
         "connections_dropped": dropped,
         "resume_seconds": round(converged - t0, 3) if converged else None,
         "reconciles": len([x for x in runs if x[1] != r.canary]),
@@ -155,6 +174,62 @@ def _disrupt(h: Harness, impl: Impl, r: Run, mode: str) -> dict:
         "footprint_cpu_seconds": cost["cpu_seconds"][FOOTPRINT],
         "api_requests": cost["api_requests"],
     }
+    if lines is not None:
+        seen = lines.stop()
+        start = next((t for t, obj, g in runs if obj == r.canary and g >= generation), None)
+        out["phases"] = phases(t0, seen, start, converged)
+    return out
+
+
+def phases(t0: float, lines: dict[str, float | None], reconcile_start: float | None,
+           converged: float | None) -> dict[str, float | None]:
+    """Seconds from the disruption to each start-up line, to the canary's reconcile start and
+    to the canary converged (None: not seen)."""
+    marks = {**{f"line {text.strip()!r}": t for text, t in lines.items()},
+             "canary reconcile start": reconcile_start, "canary converged": converged}
+    return {name: None if t is None else round(t - t0, 3) for name, t in marks.items()}
+
+
+class LogLines(threading.Thread):
+    """When each of ``texts`` first appears in a process's log after ``start()``: the log
+    is polled every 10 ms from its size at the start (restarts append to the same file)."""
+
+    def __init__(self, path: Path, texts: tuple[str, ...]):
+        super().__init__(daemon=True, name="log-lines")
+        self.path, self.texts = path, texts
+        self.seen: dict[str, float | None] = {t: None for t in texts}
+        self._done = threading.Event()
+        try:
+            self.offset = path.stat().st_size
+        except OSError:
+            self.offset = 0
+
+    def run(self) -> None:
+        while not self._done.wait(0.01):
+            self.poll()
+            if all(t is not None for t in self.seen.values()):
+                return
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return
+        now = time.time()
+        for marker in self.texts:
+            if self.seen[marker] is None and marker in text:
+                self.seen[marker] = now
+
+    def start(self) -> "LogLines":
+        super().start()
+        return self
+
+    def stop(self) -> dict[str, float | None]:
+        self._done.set()
+        self.join(2)
+        return dict(self.seen)
 
 
 def _median_of(samples: list[dict]) -> dict:
