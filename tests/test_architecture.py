@@ -93,11 +93,11 @@ LAYERS: list[set[str]] = [
     {"resources"},                              # typed custom resources (a public door)
     {"_authoring"},                             # what an author declares; manifests from it
     {"_queue"},                                 # the work ledger and what feeds it
-    {"_watch", "_run", "_webhooks"},            # watching, running, webhooks
+    {"_web", "_watch", "_run", "_webhooks"},    # the roles: web, watcher, worker, webhooks
     {"api", "testing", "conf", "apps", "urls", "admin", "management"},  # the faces
     {"contrib"},                                # samples, written as a user writes them
 ]
-WINGS = {"_base", "_kube", "_authoring", "_queue", "_watch", "_run", "_webhooks"}
+WINGS = {"_base", "_kube", "_authoring", "_queue", "_web", "_watch", "_run", "_webhooks"}
 # Three doors for authors, and one for a project's settings (``conf``).
 PUBLIC = {"api", "resources", "testing", "conf"}
 # Django finds these by name: the app config, models, admin, migrations, commands, templates and
@@ -195,11 +195,12 @@ def test_the_runner_has_no_celery():
 
 def test_only_the_celery_side_imports_celery():
     """The sender (``broker``, through the project's app), the tasks, the worker's consumer
-    and health, and the health check that pings workers: the engine's core never depends on Celery."""
+    and its health (the check that pings it included): the engine's core never depends on
+    Celery."""
     _, outer = _imports()
     assert sorted(m for m, pkgs in outer.items() if pkgs & {"celery", "kombu"}) == [
         "reconcilers._queue.broker", "reconcilers._run.consumer", "reconcilers._run.health",
-        "reconcilers._run.tasks", "reconcilers._watch.health"]
+        "reconcilers._run.tasks"]
 
 
 def test_only_the_metrics_module_imports_prometheus_client():
