@@ -278,7 +278,7 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
-# Health checks (reconcilers/_watch/health.py): seconds each readiness check may take, and how old
+# Health checks (/readyz, `manage.py health`): seconds each readiness check may take, and how old
 # the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)

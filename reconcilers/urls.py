@@ -3,7 +3,7 @@ gives liveness at /healthz, readiness at /readyz and Prometheus metrics at /metr
 
 from django.urls import path
 
-from reconcilers._watch import health
+from reconcilers._web import health
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),

@@ -93,11 +93,11 @@ LAYERS: list[set[str]] = [
     {"resources"},                              # typed custom resources (a public door)
     {"_authoring"},                             # what an author declares; manifests from it
     {"_queue"},                                 # the work ledger and what feeds it
-    {"_watch", "_run", "_webhooks"},            # watching, running, webhooks
+    {"_web", "_watch", "_run", "_webhooks"},    # the roles: web, watcher, worker, webhooks
     {"api", "testing", "conf", "apps", "urls", "admin", "management"},  # the faces
     {"contrib"},                                # samples, written as a user writes them
 ]
-WINGS = {"_base", "_kube", "_authoring", "_queue", "_watch", "_run", "_webhooks"}
+WINGS = {"_base", "_kube", "_authoring", "_queue", "_web", "_watch", "_run", "_webhooks"}
 # Three doors for authors, and one for a project's settings (``conf``).
 PUBLIC = {"api", "resources", "testing", "conf"}
 # Django finds these by name: the app config, models, admin, migrations, commands, templates and
@@ -122,8 +122,8 @@ def test_the_top_of_the_app_is_its_wings_its_doors_and_djangos_places():
     assert private == WINGS, "every wing is private by name; nothing else is"
 
 
-def test_each_wing_imports_only_the_wings_below_it():
-    inner, _ = _imports()
+def _upward(inner: dict[str, set[str]]) -> list[str]:
+    """Each import of a wing of the same layer or one above (``module -> dep``)."""
     upward = []
     for module, deps in inner.items():
         room = _room(module)
@@ -135,7 +135,26 @@ def test_each_wing_imports_only_the_wings_below_it():
                 continue
             if _layer(other) >= _layer(room):
                 upward.append(f"{module} -> {dep}")
-    assert upward == []
+    return upward
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+    inner, _ = _imports()
+    assert _upward(inner) == []
+
+
+def test_a_role_importing_another_role_is_found():
+    """The roles - web, watcher, worker, webhooks - each keep their health and lifecycle in
+    their own wing: one reaching into another's (or a shared room reaching up to one) fails."""
+    planted = {"reconcilers._web.health": {"reconcilers._watch.health",
+                                           "reconcilers._base.probes"},
+               "reconcilers._run.health": {"reconcilers._web.health"},
+               "reconcilers._base.probes": {"reconcilers._run.health"},
+               "reconcilers.urls": {"reconcilers._web.health"}}
+    assert sorted(_upward(planted)) == [
+        "reconcilers._base.probes -> reconcilers._run.health",
+        "reconcilers._run.health -> reconcilers._web.health",
+        "reconcilers._web.health -> reconcilers._watch.health"]
 
 
 def test_authors_samples_use_only_the_public_doors():
@@ -195,11 +214,12 @@ def test_the_runner_has_no_celery():
 
 def test_only_the_celery_side_imports_celery():
     """The sender (``broker``, through the project's app), the tasks, the worker's consumer
-    and health, and the health check that pings workers: the engine's core never depends on Celery."""
+    and its health (the check that pings it included): the engine's core never depends on
+    Celery."""
     _, outer = _imports()
     assert sorted(m for m, pkgs in outer.items() if pkgs & {"celery", "kombu"}) == [
         "reconcilers._queue.broker", "reconcilers._run.consumer", "reconcilers._run.health",
-        "reconcilers._run.tasks", "reconcilers._watch.health"]
+        "reconcilers._run.tasks"]
 
 
 def test_only_the_metrics_module_imports_prometheus_client():
@@ -224,6 +244,67 @@ def test_the_local_stack_needs_only_the_standard_library():
     for module in stack:
         assert inner[module] <= stack, module
         assert outer[module] - {"", "reconcilers"} <= set(sys.stdlib_module_names), module
+
+
+# What a management command may do past declaring its arguments, in statements (imports,
+# docstrings and argparse's declarations left out): check the arguments, make one call, say
+# what came of it. The work is a wing's - ``watch`` hands its loop to ``_watch.lifecycle``,
+# ``webhook`` its server to ``_webhooks.lifecycle`` - where it can be tested and reused
+# without a command line.
+COMMAND_STATEMENTS = 30
+_DECLARATIONS = {"add_argument", "add_argument_group", "add_mutually_exclusive_group",
+                 "add_parser", "add_subparsers"}
+
+
+def command_statements(source: str) -> int:
+    """The statements of a command module's ``source`` other than imports, docstrings,
+    ``def``/``class`` lines and argument declarations (``parser.add_argument(...)``)."""
+    def declaration(node: ast.stmt) -> bool:
+        value = getattr(node, "value", None)
+        return (isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign))
+                and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _DECLARATIONS)
+
+    def docstring(node: ast.stmt) -> bool:
+        return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str))
+
+    return sum(1 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.stmt)
+               and not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                         ast.AsyncFunctionDef, ast.ClassDef))
+               and not docstring(node) and not declaration(node))
+
+
+def _fat_commands(sources: dict[str, str]) -> dict[str, int]:
+    """The commands (name -> source) past ``COMMAND_STATEMENTS``, with their counts."""
+    return {name: n for name, source in sources.items()
+            if (n := command_statements(source)) > COMMAND_STATEMENTS}
+
+
+def test_management_commands_stay_thin():
+    commands = {p.stem: p.read_text() for p in (APP / "management" / "commands").glob("*.py")}
+    assert "webhook" in commands and "watch" in commands
+    assert _fat_commands(commands) == {}, (f"more than {COMMAND_STATEMENTS} statements past "
+                                           "the arguments: move the work into its wing")
+
+
+def _planted_command(statements: int, declarations: int) -> str:
+    """A command module of ``statements`` counted statements (``pass`` and ``handle``'s
+    writes) and ``declarations`` arguments."""
+    lines = ['"""``manage.py planted``."""',
+             "from django.core.management.base import BaseCommand", "", "",
+             "class Command(BaseCommand):", "    def add_arguments(self, parser):"]
+    lines += [f'        parser.add_argument("--option-{i}")' for i in range(declarations)]
+    lines += ["        pass", "", "    def handle(self, *args, **options):",
+              '        """Runs its own loop."""']
+    lines += [f"        self.stdout.write('step {i}')" for i in range(statements - 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_command_doing_its_own_work_is_found_and_its_arguments_are_free():
+    planted = {"works": _planted_command(COMMAND_STATEMENTS + 1, declarations=0),
+               "declares": _planted_command(COMMAND_STATEMENTS, declarations=80)}
+    assert _fat_commands(planted) == {"works": COMMAND_STATEMENTS + 1}
 
 
 # Methods that change the container they are called on.

@@ -15,8 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from reconcilers._watch import health
 from reconcilers._base import probes
+from reconcilers._run import health as worker_health
+from reconcilers._watch import health as watcher
+from reconcilers._web import health as web
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,7 +80,7 @@ def test_readyz_answers_503_naming_redis_when_redis_is_unreachable(client, stack
 
 def test_watcher_is_healthy_while_its_heartbeat_is_fresh(redis_client):
     pid = os.getpid()
-    redis_client.hset(health.WATCHER_HEARTBEAT_KEY, health.watcher_field(pid) + ":0a1b2c3d", time.time())
+    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(pid) + ":0a1b2c3d", time.time())
 
     result = _manage_health("watcher", "--pid", str(pid))
 
@@ -88,7 +90,7 @@ def test_watcher_is_healthy_while_its_heartbeat_is_fresh(redis_client):
 
 def test_watcher_is_unhealthy_when_its_heartbeat_is_stale(redis_client):
     pid = os.getpid()
-    redis_client.hset(health.WATCHER_HEARTBEAT_KEY, health.watcher_field(pid) + ":0a1b2c3d", time.time() - 120)
+    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(pid) + ":0a1b2c3d", time.time() - 120)
 
     result = _manage_health("watcher", "--pid", str(pid), "--max-age", "30")
 
@@ -98,7 +100,7 @@ def test_watcher_is_unhealthy_when_its_heartbeat_is_stale(redis_client):
 
 def test_watcher_is_unhealthy_without_its_own_heartbeat(redis_client):
     # Another process's fresh heartbeat does not make this one healthy.
-    redis_client.hset(health.WATCHER_HEARTBEAT_KEY, health.watcher_field(1) + ":0a1b2c3d", time.time())
+    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(1) + ":0a1b2c3d", time.time())
 
     with pytest.raises(CommandError, match="no heartbeat from"):
         call_command("health", "watcher", "--pid", str(os.getpid()))
@@ -110,18 +112,18 @@ def test_the_worker_node_name_is_read_from_its_command_line():
 
     script = ["/opt/venv/bin/python", "/opt/venv/bin/celery", "-A", "x"]
 
-    assert health.worker_node(argv) == f"worker-1a2b3c4d@{socket.gethostname()}"
-    assert health.worker_node([*script, "worker"]) == f"celery@{socket.gethostname()}"
-    assert health.worker_node([*script, "beat"]) is None
-    assert health.worker_node(["/sbin/docker-init", "--", *script, "worker"]) is None
-    assert health.worker_node(["python", "manage.py", "health", "worker"]) is None
+    assert worker_health.worker_node(argv) == f"worker-1a2b3c4d@{socket.gethostname()}"
+    assert worker_health.worker_node([*script, "worker"]) == f"celery@{socket.gethostname()}"
+    assert worker_health.worker_node([*script, "beat"]) is None
+    assert worker_health.worker_node(["/sbin/docker-init", "--", *script, "worker"]) is None
+    assert worker_health.worker_node(["python", "manage.py", "health", "worker"]) is None
 
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_is_healthy_while_it_answers_a_ping_and_unhealthy_once_stopped(celery_worker):
     worker = celery_worker()
     argv = Path(f"/proc/{worker.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
-    node = health.worker_node(argv)
+    node = worker_health.worker_node(argv)
 
     call_command("health", "worker", "--node", node)
 
@@ -137,8 +139,6 @@ def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_ti
     import threading
 
     from django.db import connections
-
-    from reconcilers._watch import health
 
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))
@@ -161,7 +161,7 @@ def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_ti
     try:
         started = time.monotonic()
         with django_db_blocker.unblock():
-            results = health.readiness(timeout=1.0)
+            results = web.readiness(timeout=1.0)
         elapsed = time.monotonic() - started
     finally:
         connections.settings["default"].clear()

@@ -19,6 +19,11 @@ and open: the kubelet probes without a token.
 
 A port already taken (or a serving pair that cannot be loaded) is logged and the process
 carries on without that endpoint: metrics and probes must never stop the work they observe.
+
+The checks every role's readiness shares live here too: PostgreSQL and Redis asked over
+connections kept for them (``check_database``, ``check_redis``), and a check's outcome as the
+``health`` command and the web's ``/readyz`` report it (``CheckResult``, ``timed``). What
+each role checks is its wing's (``_web.health``, ``_watch.health``, ``_run.health``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -309,6 +315,34 @@ def answers(check: Callable[[float], None], timeout: float = 2.0) -> bool:
     except Exception as exc:
         log.info("probe check %s failed: %s", getattr(check, "__name__", check), exc)
         return False
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check of a role from outside its loop (``manage.py health``, the web's ``/readyz``):
+    whether it passed, how long it took, and - when it failed - a short reason (the
+    exception's class name where the check raised: details go to the log, not into an
+    unauthenticated response)."""
+
+    ok: bool
+    ms: float
+    error: str = ""
+
+
+def timed(check: Callable[[float], object], timeout: float) -> CheckResult:
+    """``check(timeout)`` as a ``CheckResult``: failed when it raises."""
+    start = time.monotonic()
+    try:
+        check(timeout)
+    except Exception as exc:
+        log.warning("health check %s failed: %s", getattr(check, "__name__", check), exc)
+        return CheckResult(False, ms_since(start), type(exc).__name__)
+    return CheckResult(True, ms_since(start))
+
+
+def ms_since(start: float) -> float:
+    """Milliseconds since ``start`` (``time.monotonic()``), to a tenth."""
+    return round((time.monotonic() - start) * 1000, 1)
 
 
 def _run(checks: Checks) -> dict[str, bool]:

@@ -1,5 +1,10 @@
 """The worker's health: its ``/metrics``, ``/healthz`` and ``/readyz``, and the watch on its
-consumer (``stall``), served by its main process beside Celery's own work.
+consumer (``stall``), served by its main process beside Celery's own work; and
+``manage.py health worker``'s check from inside its container: a Celery control ping
+addressed to *this* container's worker node. The reply comes from the worker's consumer loop,
+so it proves the worker is connected to the broker and consuming. Which node is "ours" is
+read from the processes' command lines (``processes``): under host networking every container
+shares the host's name, so the name alone cannot tell scaled replicas apart.
 """
 
 from __future__ import annotations
@@ -9,11 +14,12 @@ import threading
 import time
 
 from celery import bootsteps, current_app, signals
+from celery.utils.nodenames import default_nodename, host_format
 from celery.worker import state
 from django import db
 
 from reconcilers._authoring.registry import registry
-from reconcilers._base import metrics, probes
+from reconcilers._base import metrics, probes, processes
 from reconcilers._base.conf import process_setting, settings
 from reconcilers._kube import reviews
 from reconcilers._queue import broker
@@ -176,3 +182,36 @@ def _scraped(body: bytes) -> None:
         evidence.record_scraped(own)
     finally:
         db.connection.close()  # each scrape has its own thread, and so its own connection
+
+
+# --- liveness from inside the worker's container (``manage.py health worker``) ---------------
+
+
+def worker_node(argv: list[str]) -> str | None:
+    """The node name a ``celery ... worker`` command line gives its worker, ``%h`` expanded."""
+    is_celery = processes.is_python(argv) and any(a.endswith("celery") for a in argv)
+    if not is_celery or "worker" not in argv:
+        return None
+    name = None
+    for i, arg in enumerate(argv):
+        if arg in ("-n", "--hostname") and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--hostname="):
+            name = arg.partition("=")[2]
+    return host_format(default_nodename(name))
+
+
+def local_worker_nodes() -> list[str]:
+    """Node names of the Celery workers running here (pool children share their parent's)."""
+    nodes = (worker_node(argv) for _, argv in processes.command_lines())
+    return sorted({n for n in nodes if n})
+
+
+def ping_worker(node: str, timeout: float) -> probes.CheckResult:
+    """A control ping to ``node`` alone; only that worker's reply counts."""
+    start = time.monotonic()
+    replies = current_app.control.ping(destination=[node], timeout=timeout)
+    if any(node in reply for reply in replies):
+        return probes.CheckResult(True, probes.ms_since(start))
+    return probes.CheckResult(False, probes.ms_since(start),
+                              f"no reply from {node} within {timeout}s")
