@@ -283,7 +283,7 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)
 # /metrics, /healthz and /readyz of the processes that are not web servers (reconcilers/
-# probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
+# _base/probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
 OPERATOR_WATCHER_HTTP_PORT = env_int("OPERATOR_WATCHER_HTTP_PORT", 8081)
 OPERATOR_WORKER_HTTP_PORT = env_int("OPERATOR_WORKER_HTTP_PORT", 8082)
 # /metrics over HTTPS, behind the api-server's TokenReview and SubjectAccessReview, while
