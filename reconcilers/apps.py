@@ -12,7 +12,9 @@ class ReconcilersConfig(AppConfig):
 
     def ready(self) -> None:
         """Every process sends the work queue's messages through ``broker`` (the project's
-        Celery app); the Celery tasks are registered where Celery is loaded."""
+        Celery app); its metrics settle here (``metrics.initialise``), before a worker forks;
+        the Celery tasks are registered where Celery is loaded. Importing the app's modules
+        does none of this."""
         from reconcilers._queue import checks  # noqa: F401 (registers the system checks)
         from reconcilers._queue import broker
         from reconcilers._base import metrics

@@ -306,3 +306,44 @@ def test_a_private_path_in_a_settings_string_is_found(tmp_path):
                        '"reconcilers._base.logs.JsonFormatter"}}}\n'
                        'from reconcilers.conf import env_int\n')
     assert [p.split(":")[1] for p in _private_paths([planted])] == ["1"]
+
+
+# Each public door imported alone, in a program of its own, as an author's module or a
+# project's settings would import it.
+_IMPORT_ALONE = """
+import json, os, sys, tempfile, threading
+before = (dict(os.environ), sorted(os.listdir(tempfile.gettempdir())), threading.active_count())
+import {door}
+after = (dict(os.environ), sorted(os.listdir(tempfile.gettempdir())), threading.active_count())
+print(json.dumps({{
+    "environment": sorted(k for k in after[0] if before[0].get(k) != after[0][k]),
+    "temporary": sorted(set(after[1]) - set(before[1])),
+    "threads": after[2] - before[2]}}))
+"""
+
+
+def test_importing_a_public_door_changes_nothing_outside_the_program(tmp_path):
+    """Django's rule: work belongs in ``AppConfig.ready()`` or in first use, never in an
+    import. A project's ``settings.py`` imports ``reconcilers.conf``, an author's module
+    ``reconcilers.api``, a test ``reconcilers.testing``; none of them may make a temporary
+    directory, set an environment variable (which every program the process starts
+    inherits) or start a thread."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROMETHEUS_MULTIPROC_DIR", "OPERATOR_METRICS_MADE_DIR")}
+    env.update(TMPDIR=str(tmp_path), DJANGO_SETTINGS_MODULE="tests.settings")
+    changes = {}
+    for door in ("reconcilers.conf", "reconcilers.resources", "reconcilers.api",
+                 "reconcilers.testing"):
+        result = subprocess.run([sys.executable, "-c", _IMPORT_ALONE.format(door=door)],
+                                cwd=APP.parent, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        changed = json.loads(result.stdout.splitlines()[-1])
+        if changed != {"environment": [], "temporary": [], "threads": 0}:
+            changes[door] = changed
+    assert changes == {}
