@@ -241,6 +241,7 @@ def watcher_heartbeat(pid: int, max_age: float) -> CheckResult:
 
 
 HEARTBEAT_KEPT = 600.0  # seconds a departed watcher's field stays in the heartbeat hash
+# Beats this watcher wrote: counted by its supervising loop alone (``heartbeat``).
 _beats = 0
 
 
