@@ -110,8 +110,8 @@ def _declare(Counter: Any, Gauge: Any, Histogram: Any) -> dict[str, Any]:
     terminal_reconcile_errors_total = Counter(
         "controller_runtime_terminal_reconcile_errors_total",
         "Total number of terminal reconciliation errors per controller", ["controller"])
-    # A Python reconciler has no panics: an exception is an error (counted above). Declared so the
-    # family controller-runtime exports, and alerts on it, exist.
+    # A Python reconciler has no panics: an exception is an error (counted above). Declared so
+    # the family controller-runtime exports, and alerts on it, exist.
     reconcile_panics_total = Counter(
         "controller_runtime_reconcile_panics_total",
         "Total number of reconciliation panics per controller", ["controller"])
@@ -191,7 +191,7 @@ def _declare(Counter: Any, Gauge: Any, Histogram: Any) -> dict[str, Any]:
         "operator_history_write_seconds",
         "Time to record a run and end it in the ledger (one transaction)", buckets=RUN_BUCKETS)
     return {name: value for name, value in locals().items()
-                 if name not in ("Counter", "Gauge", "Histogram")}
+            if name not in ("Counter", "Gauge", "Histogram")}
 
 
 # Written once per program, by the first thread to settle (under ``_settling``); read by every
