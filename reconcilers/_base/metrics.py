@@ -29,8 +29,9 @@ multiprocess files: ``PROMETHEUS_MULTIPROC_DIR`` if the deployer sets it (and em
 start), else a private directory per program, shared with the processes it forks. It must be
 known before ``prometheus_client`` is imported, and before a process forks, which is why
 ``settle`` chooses it (and only then imports ``prometheus_client`` and declares the figures):
-in the app's ``ready()``, else at a program's first use of a figure. Importing this module
-does nothing else: no directory, no environment variable.
+as Django starts (the app's ``AppConfig``, before any app's models or ``ready()``: a
+project's own modules may import ``prometheus_client``), else at a program's first use of a
+figure. Importing this module does nothing else: no directory, no environment variable.
 """
 
 from __future__ import annotations
@@ -202,9 +203,9 @@ _settled = False
 
 def settle() -> None:
     """Choose where this program's figures live and declare them - once per program, before
-    any is counted: the app's ``ready()`` does (``initialise``), and any first use does in a
+    any is counted: the app's ``AppConfig`` does as Django starts, and any first use does in a
     program without Django. A prefork worker's children and a gunicorn master's workers are
-    forked after ``ready()``, so they share the directory their parent settled.
+    forked after Django's set-up, so they share the directory their parent settled.
     ``prometheus_client`` reads ``PROMETHEUS_MULTIPROC_DIR`` when it is first imported, which
     is why it is imported here, after the directory is known, and nowhere at import."""
     global _settled
@@ -243,7 +244,7 @@ RESULT_OF = {"permanent": "error", "gone": "success", "skipped": "success"}
 ERRORS = {"error", "permanent"}
 
 # The reconcilers this process reports on: written by ``initialise`` (the app's ``ready()``, at
-# start-up), read at scrape time. Module level, as the figures are: one set per program.
+# start-up, one thread), read at scrape time. Module level, as the figures are: one set per program.
 _controllers: tuple[str, ...] = ()
 
 
