@@ -387,3 +387,151 @@ def test_a_private_path_in_a_settings_string_is_found(tmp_path):
                        '"reconcilers._base.logs.JsonFormatter"}}}\n'
                        'from reconcilers.conf import env_int\n')
     assert [p.split(":")[1] for p in _private_paths([planted])] == ["1"]
+
+
+# Each public door imported alone, in a program of its own, as an author's module or a
+# project's settings would import it.
+_IMPORT_ALONE = """
+import json, os, sys, tempfile, threading
+before = (dict(os.environ), sorted(os.listdir(tempfile.gettempdir())), threading.active_count())
+import {door}
+after = (dict(os.environ), sorted(os.listdir(tempfile.gettempdir())), threading.active_count())
+print(json.dumps({{
+    "environment": sorted(k for k in after[0] if before[0].get(k) != after[0][k]),
+    "temporary": sorted(set(after[1]) - set(before[1])),
+    "threads": after[2] - before[2]}}))
+"""
+
+
+def test_importing_a_public_door_changes_nothing_outside_the_program(tmp_path):
+    """Django's rule: work belongs in ``AppConfig.ready()`` or in first use, never in an
+    import. A project's ``settings.py`` imports ``reconcilers.conf``, an author's module
+    ``reconcilers.api``, a test ``reconcilers.testing``; none of them may make a temporary
+    directory, set an environment variable (which every program the process starts
+    inherits) or start a thread."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROMETHEUS_MULTIPROC_DIR", "OPERATOR_METRICS_MADE_DIR")}
+    env.update(TMPDIR=str(tmp_path), DJANGO_SETTINGS_MODULE="tests.settings")
+    changes = {}
+    for door in ("reconcilers.conf", "reconcilers.resources", "reconcilers.api",
+                 "reconcilers.testing"):
+        result = subprocess.run([sys.executable, "-c", _IMPORT_ALONE.format(door=door)],
+                                cwd=APP.parent, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        changed = json.loads(result.stdout.splitlines()[-1])
+        if changed != {"environment": [], "temporary": [], "threads": 0}:
+            changes[door] = changed
+    assert changes == {}
+
+
+# Calls whose result is no state of the module's: a logger (logging's own), a compiled
+# pattern, a type variable, an immutable collection, a sentinel.
+_STATELESS_CALLS = {"getLogger", "compile", "TypeVar", "frozenset", "tuple", "object"}
+_CONSTANT = re.compile(r"_*[A-Z][A-Z0-9_]*")  # never rebound nor changed, by convention
+
+
+def _is_state(value: ast.AST | None) -> bool:
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp,
+                          ast.SetComp)):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name not in _STATELESS_CALLS
+    return False
+
+
+def _unowned_state(source: str, module: str = "module") -> list[str]:
+    """Each module-level name holding state - a mutable container or a call's result (an
+    object, a lock, a ``threading.local()``) under a name that is not a constant's, or any
+    name a function rebinds through ``global`` - with no comment in its paragraph above it
+    (or at its line's end) saying who writes it and why it lives at module level."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    rebound = {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+               for name in node.names}
+
+    def statements(body):
+        for node in body:
+            yield node
+            if isinstance(node, (ast.If, ast.Try)):
+                yield from statements(node.body + node.orelse
+                                      + getattr(node, "finalbody", []))
+
+    def commented(node: ast.stmt, group_commented: bool) -> bool:
+        if "#" in lines[node.end_lineno - 1] or group_commented:
+            return True
+        for line in reversed(lines[:node.lineno - 1]):
+            if not line.strip():
+                return False
+            if line.lstrip().startswith("#"):
+                return True
+        return False
+
+    found = []
+    last_end, last_commented = 0, False  # the state statement before: one group, one comment
+    for node in statements(tree.body):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        names = [t.id for target in targets
+                 for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+                 if isinstance(t, ast.Name)]
+        if names in (["__all__"], ["urlpatterns"]):  # Python's and Django's own names
+            continue
+        state = [n for n in names if n in rebound
+                 or (_is_state(value) and not _CONSTANT.fullmatch(n))]
+        if not state:
+            continue
+        ok = commented(node, last_commented and node.lineno == last_end + 1)
+        if not ok:
+            found.append(f"{module}:{node.lineno}: {', '.join(state)}")
+        last_end, last_commented = node.end_lineno, ok
+    return found
+
+
+def test_module_level_state_says_who_owns_it():
+    """Module-level state is shared by every thread of a process and inherited by every
+    child it forks: each such name carries a comment stating who writes it and why it lives
+    at module level, rather than in an object passed to its users (``reconcilers.testing``'s
+    registries, ``workqueue.set_sender``) or made on first use (``metrics.settle``)."""
+    found = []
+    for name, path in sorted(_modules().items()):
+        found += _unowned_state(path.read_text(), name)
+    assert found == []
+
+
+def test_unowned_module_level_state_is_found():
+    planted = """import threading
+
+log = logging.getLogger(__name__)
+SIZES = {"a": 1}
+_seen = {}
+
+# Written by the watcher's thread alone.
+_last = []
+_lock = threading.Lock()
+
+_local = threading.local()
+_ready = False
+
+_owner = None  # the first caller's thread
+_owner_lock = threading.Lock()
+_sizes = dict(SIZES)
+
+
+def start():
+    global _ready, _owner
+    _ready = True
+"""
+    assert _unowned_state(planted) == ["module:5: _seen", "module:11: _local",
+                                       "module:12: _ready"]

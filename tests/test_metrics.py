@@ -130,3 +130,19 @@ def test_a_webhook_path_starts_with_controller_runtimes_series():
                     frozenset(hook.items()))] == 0
     assert samples[("controller_runtime_webhook_requests_in_flight",
                     frozenset(hook.items()))] == 0
+
+
+def test_a_projects_own_figures_count_where_the_operators_do():
+    """A project's reconcilers declare figures of their own with ``prometheus_client``
+    (``tests/operatorapp``), imported while the app is set up; ``prometheus_client`` picks
+    multiprocess files at its first import, so the directory must be settled before then, or
+    a prefork worker's runs would count where no scrape looks."""
+    script = ("import django; django.setup()\n"
+              "from prometheus_client import values\n"
+              "print(values.ValueClass.__name__)\n")
+    env = {k: v for k, v in os.environ.items() if "METRICS" not in k and "MULTIPROC" not in k}
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, text=True,
+                            capture_output=True, timeout=60,
+                            env={**env, "DJANGO_SETTINGS_MODULE": "tests.settings"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["MmapedValue"]

@@ -99,6 +99,9 @@ def _path(cls: type[Reconciler]) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# The default registry, as Django's ``admin.site``: ``@register`` fills it while the app's
+# ``ready()`` imports authors' modules (``autodiscover``, one thread, at start-up), and every
+# thread reads it after. Module level so a decorator needs no argument; tests pass their own.
 registry = Registry()
 
 

@@ -21,6 +21,8 @@ from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
 FIELDS = ("reconciler", "namespace", "name", "trigger", "attempt", "task_id", "record_id")
 
+# The run a line is logged during: each thread and task sees its own value (``bind``); the
+# variable itself is module level, as every context variable must be.
 _run: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("operator_run",
                                                                       default={})
 

@@ -26,9 +26,12 @@ Where each figure is counted:
 
 Prefork workers run reconciles in child processes, so values live in prometheus_client's
 multiprocess files: ``PROMETHEUS_MULTIPROC_DIR`` if the deployer sets it (and empties it at
-start), else a private directory per program, made at import and shared with the processes it
-forks. It must be known before ``prometheus_client`` is imported, which is why this module
-settles it at import.
+start), else a private directory per program, shared with the processes it forks. It must be
+known before ``prometheus_client`` is imported, and before a process forks, which is why
+``settle`` chooses it (and only then imports ``prometheus_client`` and declares the figures):
+as Django starts (the app's ``AppConfig``, before any app's models or ``ready()``: a
+project's own modules may import ``prometheus_client``), else at a program's first use of a
+figure. Importing this module does nothing else: no directory, no environment variable.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ import functools
 import os
 import shutil
 import tempfile
-from typing import Callable, Iterable
+import threading
+from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 _DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -48,7 +52,8 @@ _MADE_ENV = "OPERATOR_METRICS_MADE_DIR"  # marks a directory this module made, n
 def _multiprocess_dir() -> str:
     """The deployer's directory, or a new private one. A directory another program made for
     itself (inherited through the environment by a process it started) is not shared: this
-    runs once per program, at import - prefork children inherit the module, never re-run it."""
+    runs once per program, when it settles - prefork children inherit the settled module,
+    never re-run it."""
     path = os.environ.get(_DIR_ENV)
     if path and path != os.environ.get(_MADE_ENV):
         os.makedirs(path, exist_ok=True)
@@ -63,18 +68,6 @@ def _multiprocess_dir() -> str:
 # OPERATOR_METRICS=0: every figure below is a no-op and /metrics is empty - for a benchmark's
 # baseline, or a deployment that wants no metrics at all.
 ENABLED = os.environ.get("OPERATOR_METRICS", "1") != "0"
-DIRECTORY = _multiprocess_dir() if ENABLED else ""
-
-from prometheus_client import (  # noqa: E402  (the directory must be known first)
-    CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess,
-)
-from prometheus_client import (  # noqa: E402
-    GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
-)
-from prometheus_client import Counter as _Counter, Gauge as _Gauge  # noqa: E402
-from prometheus_client import Histogram as _Histogram  # noqa: E402
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.registry import Collector  # noqa: E402
 
 
 class _Off:
@@ -99,10 +92,6 @@ class _Off:
         pass
 
 
-Counter = _Counter if ENABLED else _Off
-Gauge = _Gauge if ENABLED else _Off
-Histogram = _Histogram if ENABLED else _Off
-
 # controller-runtime's reconcile-time buckets (seconds).
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
                0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8,
@@ -110,95 +99,141 @@ RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0
 # client-go's workqueue buckets: 10^-8 .. 10^1 seconds, plus longer waits a ledger can see.
 QUEUE_BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
 
-reconcile_total = Counter(
-    "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
-    ["controller", "result"])
-reconcile_errors_total = Counter(
-    "controller_runtime_reconcile_errors_total",
-    "Total number of reconciliation errors per controller", ["controller"])
-terminal_reconcile_errors_total = Counter(
-    "controller_runtime_terminal_reconcile_errors_total",
-    "Total number of terminal reconciliation errors per controller", ["controller"])
-# A Python reconciler has no panics: an exception is an error (counted above). Declared so the
-# family controller-runtime exports, and alerts on it, exist.
-reconcile_panics_total = Counter(
-    "controller_runtime_reconcile_panics_total",
-    "Total number of reconciliation panics per controller", ["controller"])
-reconcile_time_seconds = Histogram(
-    "controller_runtime_reconcile_time_seconds",
-    "Length of time per reconciliation per controller", ["controller"], buckets=RUN_BUCKETS)
-adds_total = Counter(
-    "workqueue_adds_total", "Total number of adds handled by workqueue", ["name"])
-queue_duration_seconds = Histogram(
-    "workqueue_queue_duration_seconds",
-    "How long in seconds an item stays in workqueue before being requested", ["name"],
-    buckets=QUEUE_BUCKETS)
-work_duration_seconds = Histogram(
-    "workqueue_work_duration_seconds",
-    "How long in seconds processing an item from workqueue takes", ["name"],
-    buckets=QUEUE_BUCKETS)
-retries_total = Counter(
-    "workqueue_retries_total", "Total number of retries handled by workqueue", ["name"])
 
-# client-go's REST client figures, as controller-runtime registers them. ``code`` is the HTTP
-# status, or ``<error>`` when no answer came; ``method``/``verb`` the HTTP method; ``host`` the
-# api-server's host:port.
-rest_client_requests_total = Counter(
-    "rest_client_requests_total",
-    "Number of HTTP requests, partitioned by status code, method, and host.",
-    ["code", "method", "host"])
-rest_client_request_duration_seconds = Histogram(
-    "rest_client_request_duration_seconds",
-    "Request latency in seconds. Broken down by verb and host.", ["verb", "host"],
-    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0))
-# client-go's leaderelection figure; ``name`` is the Lease's name. Set by the watcher process
-# alone ("livemax": a process that is gone no longer counts).
-leader_election_master_status = Gauge(
-    "leader_election_master_status",
-    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
-    "1 indicates master. 'name' is the string used to identify the lease. Please make sure "
-    "to group by name.", ["name"], multiprocess_mode="livemax")
+def _declare(Counter: Any, Gauge: Any, Histogram: Any) -> dict[str, Any]:
+    """Every figure, by the name other modules read it as (``metrics.adds_total``)."""
+    reconcile_total = Counter(
+        "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
+        ["controller", "result"])
+    reconcile_errors_total = Counter(
+        "controller_runtime_reconcile_errors_total",
+        "Total number of reconciliation errors per controller", ["controller"])
+    terminal_reconcile_errors_total = Counter(
+        "controller_runtime_terminal_reconcile_errors_total",
+        "Total number of terminal reconciliation errors per controller", ["controller"])
+    # A Python reconciler has no panics: an exception is an error (counted above). Declared so
+    # the family controller-runtime exports, and alerts on it, exist.
+    reconcile_panics_total = Counter(
+        "controller_runtime_reconcile_panics_total",
+        "Total number of reconciliation panics per controller", ["controller"])
+    reconcile_time_seconds = Histogram(
+        "controller_runtime_reconcile_time_seconds",
+        "Length of time per reconciliation per controller", ["controller"], buckets=RUN_BUCKETS)
+    adds_total = Counter(
+        "workqueue_adds_total", "Total number of adds handled by workqueue", ["name"])
+    queue_duration_seconds = Histogram(
+        "workqueue_queue_duration_seconds",
+        "How long in seconds an item stays in workqueue before being requested", ["name"],
+        buckets=QUEUE_BUCKETS)
+    work_duration_seconds = Histogram(
+        "workqueue_work_duration_seconds",
+        "How long in seconds processing an item from workqueue takes", ["name"],
+        buckets=QUEUE_BUCKETS)
+    retries_total = Counter(
+        "workqueue_retries_total", "Total number of retries handled by workqueue", ["name"])
 
-# controller-runtime's webhook figures; ``webhook`` is the path served. Declared here (this
-# module declares every figure); the webhook server counts them.
-webhook_requests_total = Counter(
-    "controller_runtime_webhook_requests_total",
-    "Total number of admission requests by HTTP status code.", ["webhook", "code"])
-webhook_latency_seconds = Histogram(
-    "controller_runtime_webhook_latency_seconds",
-    "Histogram of the latency of processing admission requests", ["webhook"],
-    buckets=tuple(10.0 ** e for e in range(-8, 4)))  # controller-runtime's: 10^-8 .. 10^3 s
-webhook_requests_in_flight = Gauge(
-    "controller_runtime_webhook_requests_in_flight",
-    "Current number of admission requests being served.", ["webhook"],
-    multiprocess_mode="livesum")
+    # client-go's REST client figures, as controller-runtime registers them. ``code`` is the HTTP
+    # status, or ``<error>`` when no answer came; ``method``/``verb`` the HTTP method; ``host`` the
+    # api-server's host:port.
+    rest_client_requests_total = Counter(
+        "rest_client_requests_total",
+        "Number of HTTP requests, partitioned by status code, method, and host.",
+        ["code", "method", "host"])
+    rest_client_request_duration_seconds = Histogram(
+        "rest_client_request_duration_seconds",
+        "Request latency in seconds. Broken down by verb and host.", ["verb", "host"],
+        buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0))
+    # client-go's leaderelection figure; ``name`` is the Lease's name. Set by the watcher process
+    # alone ("livemax": a process that is gone no longer counts).
+    leader_election_master_status = Gauge(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+        "1 indicates master. 'name' is the string used to identify the lease. Please make sure "
+        "to group by name.", ["name"], multiprocess_mode="livemax")
 
-watch_events_total = Counter(
-    "operator_watch_events_total", "Watch events received, by resource stream and type",
-    ["resource", "namespace", "type"])
-relists_total = Counter(
-    "operator_relists_total", "Lists of a resource stream (first list, 410 Gone, requested)",
-    ["resource", "namespace", "reason"])
-watch_errors_total = Counter(
-    "operator_watch_errors_total", "Failed lists or watches of a resource stream",
-    ["resource", "namespace"])
-messages_sent_total = Counter(
-    "operator_messages_sent_total",
-    "Keys sent to the broker (one per dispatch; a message may carry several)", ["name"])
-messages_unsent_total = Counter(
-    "operator_messages_unsent_total",
-    "Messages the broker did not take (the reaper sends them again)", ["name"])
-messages_stale_total = Counter(
-    "operator_messages_stale_total",
-    "Messages dropped because their token was no longer current (duplicates, re-sends)",
-    ["name"])
-reaper_recoveries_total = Counter(
-    "operator_reaper_recoveries_total",
-    "What the reaper recovered: runs whose worker was lost, messages sent again or due",
-    ["kind"])
-history_write_seconds = Histogram(
-    "operator_history_write_seconds",
-    "Time to record a run and end it in the ledger (one transaction)", buckets=RUN_BUCKETS)
+    # controller-runtime's webhook figures; ``webhook`` is the path served. Declared here (this
+    # module declares every figure); the webhook server counts them.
+    webhook_requests_total = Counter(
+        "controller_runtime_webhook_requests_total",
+        "Total number of admission requests by HTTP status code.", ["webhook", "code"])
+    webhook_latency_seconds = Histogram(
+        "controller_runtime_webhook_latency_seconds",
+        "Histogram of the latency of processing admission requests", ["webhook"],
+        buckets=tuple(10.0 ** e for e in range(-8, 4)))  # controller-runtime's: 10^-8 .. 10^3 s
+    webhook_requests_in_flight = Gauge(
+        "controller_runtime_webhook_requests_in_flight",
+        "Current number of admission requests being served.", ["webhook"],
+        multiprocess_mode="livesum")
+
+    watch_events_total = Counter(
+        "operator_watch_events_total", "Watch events received, by resource stream and type",
+        ["resource", "namespace", "type"])
+    relists_total = Counter(
+        "operator_relists_total", "Lists of a resource stream (first list, 410 Gone, requested)",
+        ["resource", "namespace", "reason"])
+    watch_errors_total = Counter(
+        "operator_watch_errors_total", "Failed lists or watches of a resource stream",
+        ["resource", "namespace"])
+    messages_sent_total = Counter(
+        "operator_messages_sent_total",
+        "Keys sent to the broker (one per dispatch; a message may carry several)", ["name"])
+    messages_unsent_total = Counter(
+        "operator_messages_unsent_total",
+        "Messages the broker did not take (the reaper sends them again)", ["name"])
+    messages_stale_total = Counter(
+        "operator_messages_stale_total",
+        "Messages dropped because their token was no longer current (duplicates, re-sends)",
+        ["name"])
+    reaper_recoveries_total = Counter(
+        "operator_reaper_recoveries_total",
+        "What the reaper recovered: runs whose worker was lost, messages sent again or due",
+        ["kind"])
+    history_write_seconds = Histogram(
+        "operator_history_write_seconds",
+        "Time to record a run and end it in the ledger (one transaction)", buckets=RUN_BUCKETS)
+    return {name: value for name, value in locals().items()
+            if name not in ("Counter", "Gauge", "Histogram")}
+
+
+# Written once per program, by the first thread to settle (under ``_settling``); read by every
+# thread after. Module level because a prefork child must inherit them settled from its parent.
+_settling = threading.Lock()
+_settled = False
+
+
+def settle() -> None:
+    """Choose where this program's figures live and declare them - once per program, before
+    any is counted: the app's ``AppConfig`` does as Django starts, and any first use does in a
+    program without Django. A prefork worker's children and a gunicorn master's workers are
+    forked after Django's set-up, so they share the directory their parent settled.
+    ``prometheus_client`` reads ``PROMETHEUS_MULTIPROC_DIR`` when it is first imported, which
+    is why it is imported here, after the directory is known, and nowhere at import."""
+    global _settled
+    if _settled:
+        return
+    with _settling:
+        if _settled:
+            return
+        directory = _multiprocess_dir() if ENABLED else ""
+        if ENABLED:
+            from prometheus_client import Counter, Gauge, Histogram
+        else:
+            Counter = Gauge = Histogram = _Off
+        globals().update(_declare(Counter, Gauge, Histogram), DIRECTORY=directory)
+        _settled = True
+
+
+def __getattr__(name: str) -> Any:
+    """A figure or ``DIRECTORY`` read from outside before this program settled: its first use
+    settles it."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    settle()
+    try:
+        return globals()[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
 
 # controller-runtime's result label: success, error, requeue, requeue_after. The project's
 # own outcomes count as controller-runtime's reconciler would return them: a permanent error
@@ -208,7 +243,8 @@ RESULTS = ("error", "requeue_after", "requeue", "success")
 RESULT_OF = {"permanent": "error", "gone": "success", "skipped": "success"}
 ERRORS = {"error", "permanent"}
 
-# The reconcilers this process reports on (``initialise``).
+# The reconcilers this process reports on: written by ``initialise`` (the app's ``ready()``, at
+# start-up, one thread), read at scrape time. Module level, as the figures are: one set per program.
 _controllers: tuple[str, ...] = ()
 
 
@@ -218,6 +254,7 @@ def initialise(controllers: Iterable[str]) -> None:
     counted, as a controller-runtime controller's ``initMetrics`` and client-go's work queue
     start them - and a 0 in gauges computed at scrape time that found nothing for it."""
     global _controllers
+    settle()
     _controllers = tuple(sorted(set(controllers)))
 
 
@@ -236,6 +273,7 @@ def _start_series() -> None:
 
 def observe_run(reconciler: str, outcome: str, seconds: float, retry: bool) -> None:
     """One finished run: its result, its time and whether the ledger retries it."""
+    settle()
     reconcile_total.labels(reconciler, RESULT_OF.get(outcome, outcome)).inc()
     if outcome in ERRORS:
         reconcile_errors_total.labels(reconciler).inc()
@@ -249,6 +287,7 @@ def observe_run(reconciler: str, outcome: str, seconds: float, retry: bool) -> N
 
 def observe_lost_run(reconciler: str) -> None:
     """A run whose worker vanished, recorded by the reaper as an error."""
+    settle()
     reconcile_total.labels(reconciler, "error").inc()
     reconcile_errors_total.labels(reconciler).inc()
 
@@ -265,6 +304,7 @@ def observe_request(method: str, url: str, code: int | str, seconds: float) -> N
 def _request_series(method: str, url: str, code: int | str) -> tuple:
     """The two series of a call (every call pays this: a look-up, not ``labels()``'s checks).
     The children are prometheus_client's, which follow a fork to the child's files."""
+    settle()
     host = urlsplit(url).netloc
     return (rest_client_requests_total.labels(str(code), method, host),
             rest_client_request_duration_seconds.labels(method, host))
@@ -273,6 +313,7 @@ def _request_series(method: str, url: str, code: int | str) -> tuple:
 def initialise_webhook(path: str) -> None:
     """A served webhook path's series at 0, as controller-runtime's ``InstrumentedHook``
     starts them (the likeliest codes, 200 and 500)."""
+    settle()
     for code in ("200", "500"):
         webhook_requests_total.labels(path, code)
     webhook_latency_seconds.labels(path)
@@ -281,13 +322,19 @@ def initialise_webhook(path: str) -> None:
 
 def leader_status(lease: str, leading: bool) -> None:
     """This process leads (1) or stands by (0) for ``lease``."""
+    settle()
     leader_election_master_status.labels(lease).set(1.0 if leading else 0.0)
 
 
-def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
+def exposition(collectors: Iterable[Computed] = ()) -> tuple[bytes, str]:
     """The text a scrape gets: every process's values from the multiprocess directory, the
     serving process's own ``process_*`` / ``python_*``, and the collectors this process
     computes at scrape time."""
+    settle()
+    from prometheus_client import (CONTENT_TYPE_LATEST, GC_COLLECTOR, PLATFORM_COLLECTOR,
+                                   PROCESS_COLLECTOR, CollectorRegistry, generate_latest,
+                                   multiprocess)
+
     registry = CollectorRegistry()
     if not ENABLED:
         return generate_latest(registry), CONTENT_TYPE_LATEST
@@ -301,19 +348,25 @@ def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
 def process_exited(pid: int) -> None:
     """A child process is gone: drop its live-gauge files (its counters stay counted)."""
     if ENABLED:
+        settle()
+        from prometheus_client import multiprocess
+
         multiprocess.mark_process_dead(pid, path=DIRECTORY)
 
 
-class Computed(Collector):
+class Computed:
     """Gauges computed when scraped, by ``compute()`` -> ``[(name, help, labels, samples)]``
     where samples are ``(label values, value)``. A family labelled by ``controller`` or
     ``name`` alone gets a 0 for every initialised reconciler it has no value for. A failing
-    computation (database down) yields nothing instead of failing the scrape."""
+    computation (database down) yields nothing instead of failing the scrape. A collector as
+    prometheus_client takes one (it needs only ``collect``), made before anything is settled."""
 
     def __init__(self, compute: Callable[[], list[tuple[str, str, list[str], list]]]):
         self._compute = compute
 
     def collect(self):
+        from prometheus_client.core import GaugeMetricFamily  # scraped, so settled
+
         try:
             families = self._compute()
         except Exception:  # the scrape must still answer; the failure shows as a gap

@@ -271,6 +271,10 @@ class _DatabaseProbe:
         self._pool.shutdown(wait=False)
 
 
+# Each process's readiness connection, by pid: added by the first probe a process serves,
+# removed by ``close_database``. Module level (not the server's) because the watcher's and the
+# worker's probes share it; keyed by pid because a forked child inherits its parent's entry
+# but none of its threads.
 _database_probes: dict[int, _DatabaseProbe] = {}
 
 

@@ -45,6 +45,7 @@ PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.5,
 # Messages a batch holds before kombu flushes them (one pipeline on Redis).
 BATCH_SIZE = 500
 
+# The producer of the batch a thread has open (``batch``): each thread sees its own.
 _local = threading.local()
 
 

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 Sender = Callable[[Dispatch, str], None]
 ManySender = Callable[[Sequence[Dispatch], str], None]
+
+# The sender (see ``set_sender``): written by the app's ``ready()`` at start-up, and by tests;
+# read by every thread that adds or ends a run. Module level because every caller of this
+# module sends through the one sender its process registered.
 _sender: Sender | None = None
 _sender_many: ManySender | None = None
 _batch: Callable[[], ContextManager] = contextlib.nullcontext

@@ -51,6 +51,9 @@ class _Run:
     abandoned: bool = False
 
 
+# The runs being held to their deadlines, by thread id: added and removed by each run's own
+# thread, read by the one watchdog thread (started by the first run, ``_ensure_watchdog``),
+# all under ``_lock``. Module level because the watchdog serves every run of the process.
 _runs: dict[int, _Run] = {}
 _lock = threading.Lock()
 _watchdog: threading.Thread | None = None
@@ -65,6 +68,7 @@ def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
                                                ctypes.py_object(exc) if exc else None)
 
 
+# Whether the calling thread's run is guarded everywhere (``guarded``): each thread its own.
 _local = threading.local()
 
 

@@ -63,6 +63,9 @@ EVIDENCE: dict[str, Callable[[ReconcileRecord, int], bool]] = {
 SCRAPED = "metrics_scraped"
 OBSERVABLE = set(EVIDENCE) | {SCRAPED}
 
+# The criteria this process has seen proven (never proven twice): added after each run's
+# transaction commits, by whichever thread ran it. Module level: a cache of the process's,
+# which a restart forgets at the cost of one query per criterion.
 _recorded: set[tuple[str, str]] = set()
 
 

@@ -210,6 +210,9 @@ class _Rest:
         self.entries.appendleft(entry)
 
 
+# The process's run threads and their line: set by ``configure`` (the worker's start, from
+# Celery's ``worker_ready``; tests), under ``_lock``; read by every thread that runs keys.
+# Module level because a process has one pool of run threads, whatever calls it.
 _line: _Line | None = None
 _lock = threading.Lock()
 

@@ -203,6 +203,7 @@ def _class_of(registry: Registry, key: Key) -> type[Reconciler] | None:
         return None
 
 
+# Runs between claim and finish, by reconciler: written by run threads, under the lock.
 _running: dict[str, int] = {}
 _running_lock = threading.Lock()
 
@@ -256,6 +257,7 @@ def work(entry: pool.Waiting[Job], lane: pool.Lane) -> None:
         current = lane.next_up()
 
 
+# When each thread last checked its database connection (``_check_connection``): its own.
 _checked = threading.local()
 CONNECTION_CHECK_EVERY = 1.0  # seconds
 

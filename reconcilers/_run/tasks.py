@@ -21,7 +21,6 @@ from typing import Iterator
 from celery import Task, current_app, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from django import db
-from django.apps import apps
 
 from reconcilers._queue import broker, periodic, ratelimit, resync as resyncs, workqueue
 from reconcilers._run import consumer as worker_consumer
@@ -33,6 +32,8 @@ from reconcilers._base.vocab import Key
 
 log = logging.getLogger(__name__)
 
+# Every reconciler's task, made by ``task_for`` when ``install`` runs in the app's ``ready()``
+# (one thread, at start-up); Celery keeps one task per name per process, so this does too.
 _tasks: dict[str, Task] = {}
 
 
@@ -177,6 +178,8 @@ def _child_exited(**_) -> None:
     metrics.process_exited(os.getpid())
 
 
+# Set once, by the thread that runs the app's ``ready()`` (at start-up, before any worker
+# thread or child exists): Celery's signals and schedule are the process's own.
 _installed = False
 
 
@@ -184,9 +187,9 @@ def install() -> None:
     """Tasks for every registered reconciler, beat's schedule (a project's own
     ``CELERY_BEAT_SCHEDULE`` entry of the same name wins) and the worker's consumer
     (``consumer``, unless the project names its own ``CELERY_WORKER_CONSUMER``). Once per
-    process: the app's ``ready`` calls it where Celery was loaded first, this module's import
-    where it was loaded after Django's set-up (a worker started in-process, Celery's
-    autodiscovery)."""
+    process, from the app's ``ready`` where Celery is loaded - the project's package imports
+    its Celery app, as Celery's Django guide has it, and ``celery -A`` loads it before Django's
+    set-up - never at this module's import."""
     global _installed
     if _installed:
         return
@@ -202,6 +205,3 @@ def install() -> None:
     signals.worker_ready.connect(_size_run_pool, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)
 
-
-if apps.ready:
-    install()

@@ -37,6 +37,7 @@ WATCHER_HEARTBEAT_KEY = "operator:heartbeat:watcher"
 
 
 HEARTBEAT_KEPT = 600.0  # seconds a departed watcher's field stays in the heartbeat hash
+# Beats this watcher wrote: counted by its supervising loop alone (``heartbeat``).
 _beats = 0
 
 

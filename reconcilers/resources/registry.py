@@ -100,4 +100,7 @@ def autodiscover() -> None:
     autodiscover_modules("resources")
 
 
+# The default registry, as Django's ``admin.site``: filled while ``autodiscover`` imports the
+# apps' ``resources`` modules (the app's ``ready()``, one thread, at start-up), read by every
+# thread after. Module level so a class needs no argument to register; tests pass their own.
 default_registry = Registry()
