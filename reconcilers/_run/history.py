@@ -13,8 +13,8 @@ from django.utils import timezone
 from reconcilers._run.evidence import record_evidence
 from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
-from reconcilers._queue.workqueue import Claim, Row
-from reconcilers.models import Outcome, ReconcileRecord, RunInputs
+from reconcilers._queue.workqueue import Claim, LostRun, Row
+from reconcilers.models import ReconcileRecord, RunInputs
 from reconcilers._base.vocab import Key
 
 
@@ -100,18 +100,17 @@ def as_row(values: Mapping[str, Any]) -> Row:
     return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(document))
 
 
-def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:
-    """A run whose worker died has no record of its own: the reaper writes one."""
+def lost_row(run: LostRun, decision: Decision) -> Row:
+    """The record of a run whose worker vanished (``workqueue.reap`` writes it with the run's
+    end): no object, no duration, the triggers it and the events after it had taken up."""
     now = timezone.now()
-    ReconcileRecord.objects.bulk_create([
-        ReconcileRecord(
-            reconciler=key.reconciler, namespace=key.namespace, name=key.name,
-            triggers=triggers, attempt=attempts, started_at=now, finished_at=now,
-            duration_ms=0, outcome=Outcome.ERROR, error_class="WorkerLost",
-            error_message="the worker running this key stopped before finishing (lease expired)",
-        )
-        for key, triggers, attempts in lost
-    ])
+    values = {f.column: f.get_default() for f in ReconcileRecord._meta.concrete_fields}
+    values.update(
+        reconciler=run.key.reconciler, namespace=run.key.namespace, name=run.key.name,
+        triggers=list(run.triggers), attempt=run.attempts, started_at=now, finished_at=now,
+        duration_ms=0.0, outcome=decision.outcome, error_class=decision.error_class,
+        error_message="the worker running this key stopped before finishing (lease expired)")
+    return as_row(values)
 
 
 def for_key(key: Key):
