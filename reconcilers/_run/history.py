@@ -33,14 +33,6 @@ class RunFacts:
     capabilities: list = field(default_factory=list)  # [{"action", "detail"}]
 
 
-def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
-    """One ``ReconcileRecord`` for one run, and the capability evidence it carries."""
-    record = new_record(claim, decision, facts)
-    record.save(force_insert=True)
-    record_evidence(record, claim.attempts)
-    return record
-
-
 def record_evidence_of(record_id: int, values: Mapping[str, Any], failures_before: int) -> None:
     """The capability evidence of a run whose record ``values`` the ledger wrote as
     ``record_id`` (in the run's transaction)."""
