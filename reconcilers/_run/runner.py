@@ -40,7 +40,7 @@ from reconcilers._run import deadlines, history, inputs, pool, timers
 from reconcilers._base import logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
-from reconcilers._kube.context import Context, fence_until
+from reconcilers._kube.context import Context, Lister, fence_until
 from reconcilers._queue.decision import Decision, decide
 from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
 from reconcilers._run.evidence import HEALED, new_evidence
@@ -297,9 +297,14 @@ class Attempt:
 
 def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
             backoff: Backoff, api: kube.ApiClient | None = None,
-            fence: Callable[[], None] | None = None, triggers: Sequence[str] = ()) -> Attempt:
+            fence: Callable[[], None] | None = None, triggers: Sequence[str] = (),
+            reads: Callable[[Lister], Lister] | None = None) -> Attempt:
     """Read the object, call the user's code, decide: what a worker does for a key it holds,
-    and what ``reconcilers.testing`` does for a test. Never raises for anything user code does.
+    what ``reconcilers.testing`` does for a test, and what ``replay`` does on a record's
+    inputs. Never raises for anything user code does.
+
+    ``reads``: a replay's reads answered from the record instead - given the lister ``ctx``
+    would read through, the one it reads through (a replay keeps no inputs of its own).
     """
     seen, ctx = Seen(), None
     try:
@@ -312,7 +317,9 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
                            seen, None, None)
         ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
                       fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
-        if inputs.recording():  # for a replay of this run (``replay``): copies, before use
+        if reads is not None:
+            ctx.lister = reads(ctx.lister)
+        elif inputs.recording():  # for a replay of this run (``replay``): copies, before use
             seen.read, ctx.lister.reads = copy.deepcopy(seen.obj), []
         try:
             decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
