@@ -113,12 +113,14 @@ def _history_refusing_rows():
                            "DROP FUNCTION test_refuse_record();")
 
 
-def test_the_reaper_ends_a_lost_run_with_its_record_or_not_at_all(redis_client):
+def test_the_reaper_ends_a_lost_run_with_its_record_or_not_at_all(redis_client, settings):
     """A run whose worker died is ended by the reaper and recorded as lost in the same
     statement: when its record cannot be written, the run is not ended either, and the next
     pass ends and records it. History never misses a run the ledger moved on from."""
     from reconcilers._run import tasks
     from reconcilers.models import WorkItem
+
+    settings.RECONCILERS_BACKOFF_BASE = 60  # the retry stays in backoff while this test looks
 
     key = Key("widgets.nowhere.example.com", "ns", "doomed")
     workqueue.add([key], "manual")

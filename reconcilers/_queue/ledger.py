@@ -33,12 +33,15 @@ from django.db.backends.postgresql.base import ServerBindingCursor
 
 from reconcilers._base.conf import Backoff, settings
 from reconcilers._queue.decision import Decision, worker_lost
-from reconcilers.models import State, Trigger, WorkItem
+from reconcilers.models import ReconcileRecord, State, Trigger, WorkItem
 from reconcilers._base.vocab import Key
 
 log = logging.getLogger(__name__)
 
 TABLE = WorkItem._meta.db_table
+RECORD_TABLE = ReconcileRecord._meta.db_table
+RECORD_COLUMNS = tuple(f.column for f in ReconcileRecord._meta.concrete_fields
+                       if not f.primary_key)
 
 # Every statement that locks several rows locks them in this order, the key's: two statements
 # that took the same rows in two orders (enqueue by key, the reaper by id) could each hold a
@@ -58,11 +61,10 @@ class Dispatch(NamedTuple):
 
 
 class Row(NamedTuple):
-    """A row to insert in the statement that finishes a run (its history record): the table,
-    its columns, and their values as one JSON object (read as the table's row type)."""
+    """A run's history record, inserted by the statement that ends the run: every column of
+    ``ReconcileRecord`` (``RECORD_COLUMNS``) in one JSON object, which PostgreSQL reads as the
+    table's row type - one value bound, not one per column."""
 
-    table: str
-    columns: Sequence[str]
     document: str
 
 
@@ -284,6 +286,78 @@ class Finished(NamedTuple):
     next_claim: Claim | None = None
 
 
+# Ending a run: the statement every end of a run takes (``finish``), in two texts - with the
+# claim of the key its thread runs next, and without. Its parts, data-modifying CTEs (they
+# all run to completion, read or not):
+#   lk  locks the run's row and the next key's in LOCK_ORDER (with the claim only);
+#   f   moves the run's key on, only while the run holds it (its token, state running);
+#   r   inserts the run's history row, only if f did (``FROM f``) and a row was given;
+#   c   claims the next key (with the claim only).
+# Each part returns at most one row; the outer query always returns exactly one, with NULLs
+# for a part that matched nothing. Two texts, not one whose claim matches nothing when no key
+# waits: the locking CTE and an empty claim would add their work to every end that claims
+# nothing, the reaper's and a quiet worker's, for no lock order to keep (one row is locked).
+def _end_cte(locked: str) -> str:
+    return f"""f AS (
+    UPDATE {TABLE} SET
+        state = CASE WHEN dirty AND NOT %(lost)s THEN 'queued'
+                     WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
+                     ELSE 'idle' END,
+        token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
+                     ELSE token END,
+        attempts = %(attempts)s,
+        due_at = CASE WHEN dirty AND NOT %(lost)s AND %(debounce)s::float8 > 0
+                      THEN now() + make_interval(secs => %(debounce)s::float8)
+                      WHEN (NOT dirty OR %(lost)s) AND %(delay)s::float8 IS NOT NULL
+                      THEN now() + make_interval(secs => %(delay)s::float8) END,
+        enqueued_at = CASE WHEN dirty OR %(lost)s THEN now() ELSE enqueued_at END,
+        dispatched_at = CASE
+            WHEN %(lost)s THEN NULL
+            WHEN dirty THEN now()
+            WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
+            ELSE NULL END,
+        -- every expression reads the row as it was: pending_triggers below is the
+        -- waiting triggers before the lost run's are put back in front of them
+        pending_triggers = CASE WHEN %(lost)s THEN running_triggers ELSE '{{}}' END
+            || pending_triggers
+            || CASE WHEN %(delay)s::float8 IS NOT NULL
+                         AND NOT (%(trig)s = ANY(pending_triggers))
+                    THEN ARRAY[%(trig)s]::varchar[] ELSE '{{}}' END,
+        pending_audit = CASE WHEN %(lost)s THEN running_audit ELSE '{{}}' END
+            || pending_audit,
+        running_triggers = '{{}}', running_audit = '{{}}',
+        dirty = false, lease_expires_at = NULL, worker = '',
+        last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
+        last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
+    WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+      AND (NOT %(lost)s OR lease_expires_at < now()) {locked}
+    RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
+        extract(epoch FROM now()) AS at)"""
+
+
+_RECORD_CTE = f"""r AS (
+    INSERT INTO {RECORD_TABLE} ({", ".join(f'"{c}"' for c in RECORD_COLUMNS)})
+    SELECT {", ".join(f'p."{c}"' for c in RECORD_COLUMNS)}
+    FROM f, jsonb_populate_record(NULL::{RECORD_TABLE}, %(row)s::jsonb) AS p
+    WHERE %(row)s::jsonb IS NOT NULL
+    RETURNING id)"""
+
+
+def _finish_sql(claims_next: bool) -> str:
+    if not claims_next:
+        return f"""WITH {_end_cte("")}, {_RECORD_CTE}
+            SELECT f.state, f.token, f.dispatched, f.at, r.id
+            FROM (VALUES (1)) AS one(x) LEFT JOIN (f LEFT JOIN r ON true) ON true"""
+    return f"""WITH {_LOCK_BOTH}, {_end_cte(_LOCKED)}, {_RECORD_CTE},
+            c AS ({_claim_sql(_LOCKED)})
+        SELECT f.state, f.token, f.dispatched, f.at, r.id, c.*
+        FROM (VALUES (1)) AS one(x) LEFT JOIN (f LEFT JOIN r ON true) ON true
+            LEFT JOIN c ON true"""
+
+
+_FINISH_SQL = {False: _finish_sql(False), True: _finish_sql(True)}
+
+
 def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float = 0.0,
            record: Row | None = None, then: ClaimRequest | None = None, *,
            lost: bool = False) -> Finished:
@@ -315,83 +389,26 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: fl
     """
     if then is not None and then.key == claim_.key:
         raise ValueError("a run's own key cannot be claimed by the statement that ends it")
-    locked = _LOCKED if then is not None else ""
-    update = f"""
-            UPDATE {TABLE} SET
-                state = CASE WHEN dirty AND NOT %(lost)s THEN 'queued'
-                             WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
-                             ELSE 'idle' END,
-                token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
-                             ELSE token END,
-                attempts = %(attempts)s,
-                due_at = CASE WHEN dirty AND NOT %(lost)s AND %(debounce)s::float8 > 0
-                              THEN now() + make_interval(secs => %(debounce)s::float8)
-                              WHEN (NOT dirty OR %(lost)s) AND %(delay)s::float8 IS NOT NULL
-                              THEN now() + make_interval(secs => %(delay)s::float8) END,
-                enqueued_at = CASE WHEN dirty OR %(lost)s THEN now() ELSE enqueued_at END,
-                dispatched_at = CASE
-                    WHEN %(lost)s THEN NULL
-                    WHEN dirty THEN now()
-                    WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
-                    ELSE NULL END,
-                -- every expression reads the row as it was: pending_triggers below is the
-                -- waiting triggers before the lost run's are put back in front of them
-                pending_triggers = CASE WHEN %(lost)s THEN running_triggers ELSE '{{}}' END
-                    || pending_triggers
-                    || CASE WHEN %(delay)s::float8 IS NOT NULL
-                                 AND NOT (%(trig)s = ANY(pending_triggers))
-                            THEN ARRAY[%(trig)s]::varchar[] ELSE '{{}}' END,
-                pending_audit = CASE WHEN %(lost)s THEN running_audit ELSE '{{}}' END
-                    || pending_audit,
-                running_triggers = '{{}}', running_audit = '{{}}',
-                dirty = false, lease_expires_at = NULL, worker = '',
-                last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
-                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
-            WHERE id = %(id)s AND token = %(token)s AND state = 'running'
-              AND (NOT %(lost)s OR lease_expires_at < now()) {locked}
-            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
-                extract(epoch FROM now()) AS at
-            """
     params = {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
               "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
               "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
-              "token": claim_.token, "debounce": debounce, "lost": lost}
-    # Data-modifying CTEs all run to completion, read or not, and must be at the top level.
-    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched", "f.at"], "f"
-    if record is not None:
-        names = ", ".join(f'"{c}"' for c in record.columns)
-        values = ", ".join(f'p."{c}"' for c in record.columns)
-        params["row"] = record.document
-        ctes.append(f"""r AS (INSERT INTO {record.table} ({names})
-                       SELECT {values} FROM f,
-                           jsonb_populate_record(NULL::{record.table}, %(row)s::jsonb) AS p
-                       RETURNING id)""")
-        columns.append("r.id")
-        ends = "f CROSS JOIN r"
-    sql = update
-    if len(ctes) > 1:
-        sql = f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM {ends}"
+              "token": claim_.token, "debounce": debounce, "lost": lost,
+              "row": record.document if record is not None else None}
     if then is not None:
-        # Each part returns at most one row; the outer query always returns exactly one, with
-        # NULLs for a part that matched nothing.
         params.update(then.params())
-        sql = f"""WITH {_LOCK_BOTH}, {', '.join(ctes)}, c AS ({_claim_sql(_LOCKED)})
-            SELECT {', '.join(columns)}, c.* FROM (VALUES (1)) AS one(x)
-            LEFT JOIN {ends if len(ctes) == 1 else f"({ends})"} ON true LEFT JOIN c ON true"""
     started = time.monotonic()
     with _cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_FINISH_SQL[then is not None], params)
         row = cursor.fetchone()
     next_claim = None
     if then is not None:
-        claimed = row[len(columns):]
+        claimed = row[5:]
         next_claim = then.claim(claimed if claimed[0] is not None else None, started)
-        row = row[:len(columns)] if row[0] is not None else None
-    if row is None:
+    if row[0] is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
                         "re-queued the key", next_claim=next_claim)
-    state, token, dispatched, at = row[:4]
-    record_id = row[4] if record is not None else 0
+    state, token, dispatched, at, record_id = row[:5]
+    record_id = record_id or 0
     if state == State.QUEUED:
         return Finished(Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
                         record_id, next_claim)

@@ -89,7 +89,7 @@ def as_row(values: Mapping[str, Any]) -> Row:
     value, not one per column. Datetimes keep their microseconds, as ``save()`` would."""
     document = {c: values[c].isoformat() if isinstance(values[c], datetime) else values[c]
                 for c in _COLUMNS}
-    return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(document))
+    return Row(json.dumps(document))
 
 
 def lost_row(run: LostRun, decision: Decision) -> Row:

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -475,12 +475,10 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts, debounce:
         if then is not None:
             _check_connection()  # this statement claims a run: a busy thread's only claim
         try:
-            if evidence:
-                with transaction.atomic():
-                    finished = workqueue.done(claim, decision, debounce, row)
-                    history.record_evidence_of(finished.record_id, values, claim.attempts)
-            else:
+            with transaction.atomic() if evidence else nullcontext():
                 finished = workqueue.done(claim, decision, debounce, row, then)
+                if evidence:
+                    history.record_evidence_of(finished.record_id, values, claim.attempts)
             if then is not None:
                 waiting.handed = finished.next_claim  # type: ignore[union-attr]
             return finished.record_id, finished.follow_up
