@@ -75,3 +75,15 @@ def test_absurd_delays_are_clamped(delay):
 def test_gone_and_skipped_are_decided_before_user_code():
     d = decide(attempts=5, backoff=BACKOFF, decided="gone")
     assert (d.outcome, d.attempts, d.delay) == ("gone", 0, None)
+
+
+def test_a_run_whose_worker_was_lost_is_an_error_retried_ever_more_slowly():
+    from reconcilers._queue.decision import worker_lost
+
+    backoff = Backoff(1.0, 8.0)
+    decisions = [worker_lost(attempts=n, backoff=backoff, worker="host:1") for n in range(5)]
+    assert {(d.outcome, d.trigger, d.error_class) for d in decisions} == {
+        ("error", "retry", "WorkerLost")}
+    assert [(d.attempts, d.delay) for d in decisions] == [
+        (1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 8.0)]
+    assert decisions[0].error_message == "worker lost: lease expired mid-run (host:1)"

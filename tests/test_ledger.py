@@ -189,6 +189,32 @@ def test_a_key_that_keeps_losing_its_worker_backs_off_ever_longer():
     assert delays == pytest.approx([0.05, 0.1, 0.2, 0.4], abs=0.01)  # capped at QUICK.cap
 
 
+def test_a_lost_run_changed_meanwhile_still_waits_out_its_backoff():
+    """An event during a run re-runs its key at once - but not after a lost worker: a
+    reconcile that kills its worker while events keep coming still backs off. What the lost
+    run had taken up waits for its retry, the event's trigger and audit id too."""
+    (d,) = ledger.enqueue([key("a")], "added", audit_id=7)
+    assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.1) is not None
+    assert ledger.enqueue([key("a")], "modified", audit_id=8) == []  # dirty
+    time.sleep(0.2)
+    (lost,) = reap().lost_runs
+    assert lost == (key("a"), ["added", "modified"], 1)
+    row = item(key("a"))
+    assert (row.state, row.dirty, row.dispatched_at) == ("backoff", False, None)
+    assert row.pending_triggers == ["added", "modified", "retry"]
+    assert row.pending_audit == [7, 8]
+    assert row.last_error == "worker lost: lease expired mid-run (doomed)"
+
+
+def test_the_reaper_leaves_a_run_whose_lease_holds():
+    (d,) = ledger.enqueue([key("a")], "added")
+    claim = ledger.claim(key("a"), d.token, "busy", LEASE)
+    assert reap().lost_runs == []
+    with pytest.raises(ledger.LeaseLost):  # ended as lost only once its lease expired
+        ledger.finish(claim, Decision("error", 1, 0.1, "retry"), 300, lost=True)
+    assert item(key("a")).state == "running"
+
+
 def test_a_paused_key_whose_worker_died_is_not_left_running():
     (d,) = ledger.enqueue([key("a")], "added")
     assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.05) is not None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
+from django.db import DatabaseError, connection
 
 from reconcilers._queue import workqueue
 from reconcilers.models import ReconcileRecord
@@ -91,6 +93,54 @@ def test_the_reaper_resends_only_what_the_broker_lost(redis_client, settings):
     assert tasks.reap() == 0  # once per redispatch interval, not per pass
     time.sleep(1.2)
     assert tasks.reap() == 0  # and the re-sent messages wait like any others
+
+
+@contextlib.contextmanager
+def _history_refusing_rows():
+    """The history table refuses every insert while this lasts, as a full disk, a statement
+    timeout or a lost connection would refuse one: a trigger in the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            CREATE FUNCTION test_refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'history refuses this row'; END $$;
+            CREATE TRIGGER test_refuse_record BEFORE INSERT ON reconcilers_reconcilerecord
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_record();""")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_refuse_record ON reconcilers_reconcilerecord;"
+                           "DROP FUNCTION test_refuse_record();")
+
+
+def test_the_reaper_ends_a_lost_run_with_its_record_or_not_at_all(redis_client, settings):
+    """A run whose worker died is ended by the reaper and recorded as lost in the same
+    statement: when its record cannot be written, the run is not ended either, and the next
+    pass ends and records it. History never misses a run the ledger moved on from."""
+    from reconcilers._run import tasks
+    from reconcilers.models import WorkItem
+
+    settings.RECONCILERS_BACKOFF_BASE = 60  # the retry stays in backoff while this test looks
+
+    key = Key("widgets.nowhere.example.com", "ns", "doomed")
+    workqueue.add([key], "manual")
+    assert workqueue.claim(key, 1, "doomed-host:1", lease_seconds=0.1) is not None
+    time.sleep(0.2)  # the lease expires: the worker is gone
+
+    with _history_refusing_rows():
+        with contextlib.suppress(DatabaseError):  # how the pass reports it is not the point
+            tasks.reap()
+        item = WorkItem.objects.get(name="doomed")
+        assert (item.state, item.token) == ("running", 1), "ended without its record"
+        assert not ReconcileRecord.objects.exists()
+
+    tasks.reap()
+    item = WorkItem.objects.get(name="doomed")
+    assert (item.state, item.attempts) == ("backoff", 1)
+    (record,) = ReconcileRecord.objects.all()
+    assert (record.name, record.outcome, record.error_class, record.attempt) == (
+        "doomed", "error", "WorkerLost", 1)
+    assert record.triggers == ["manual"] and "lease expired" in record.error_message
 
 
 def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, settings):

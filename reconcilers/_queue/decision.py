@@ -14,9 +14,11 @@ never disagree.
 | ``PermanentError``, API error other 4xx | ``permanent``   | reset     | none (until a change) |
 | any other exception                     | ``error``       | +1        | after the backoff   |
 | object gone / deleting, not ours        | ``gone`` / ``skipped`` | reset | none          |
+| worker lost (``worker_lost``)           | ``error``       | +1        | after the backoff   |
 
 An event that arrives during the run (the key is dirty) runs it again at once, whatever the
-decision: the ledger applies that rule.
+decision - except after a lost worker, whose retry always waits out the backoff: the ledger
+applies both rules.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from reconcilers._base.results import PermanentError, Result, TemporaryError
 # Longest delay a run may ask for (7 days). Past it a value is a bug (``Result.after(inf)``),
 # and PostgreSQL could not store it as an interval anyway.
 MAX_DELAY = 7 * 24 * 3600.0
+
+# The error class of a run whose worker vanished: no exception of its own says so.
+LOST = "WorkerLost"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,16 @@ def decide(*, attempts: int, backoff: Backoff, result: Result | None = None,
         return Decision(Outcome.REQUEUE_AFTER, 0,
                         clamp_delay(result.requeue_after, backoff.delay(1)), Trigger.REQUEUE)
     return Decision(Outcome.REQUEUE, failures, backoff.delay(failures), Trigger.REQUEUE)
+
+
+def worker_lost(*, attempts: int, backoff: Backoff, worker: str) -> Decision:
+    """The decision on a run whose worker vanished mid-run (its lease expired; the reaper
+    ends it): an error, retried after the key's next backoff - a reconcile that kills its
+    worker every time is retried ever more slowly, never in a tight loop."""
+    failures = attempts + 1
+    return Decision(Outcome.ERROR, failures, backoff.delay(failures), Trigger.RETRY,
+                    error_class=LOST,
+                    error_message=f"worker lost: lease expired mid-run ({worker})")
 
 
 def _after_error(exc: BaseException, failures: int, backoff: Backoff) -> Decision:

@@ -7,9 +7,10 @@ clock, so it is atomic across every worker process and host:
                trigger is merged; running: marked dirty (re-run when it ends). Batched.
 - ``claim``    queued (or backoff that is due) -> running, only for the message whose token
                matches: a stale or duplicate message claims nothing and is dropped.
-- ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only by the
-               holder of the current token; with the run's history row, and with the claim of
-               the key its thread runs next, in the same statement.
+- ``finish``   running -> idle | backoff (retry or requeue-after) | queued (dirty), only with
+               the current token; with the run's history row, and with the claim of the key
+               its thread runs next, in the same statement. The only way a run ends: by its
+               worker, or by the reaper once its lease expired (``lost``).
 - ``reap``     recover what a crash or a lost message left behind (beat).
 
 A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
@@ -25,19 +26,22 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.postgresql.base import ServerBindingCursor
 
 from reconcilers._base.conf import Backoff, settings
-from reconcilers._queue.decision import Decision
-from reconcilers.models import State, Trigger, WorkItem
+from reconcilers._queue.decision import Decision, worker_lost
+from reconcilers.models import ReconcileRecord, State, Trigger, WorkItem
 from reconcilers._base.vocab import Key
 
 log = logging.getLogger(__name__)
 
 TABLE = WorkItem._meta.db_table
+RECORD_TABLE = ReconcileRecord._meta.db_table
+RECORD_COLUMNS = tuple(f.column for f in ReconcileRecord._meta.concrete_fields
+                       if not f.primary_key)
 
 # Every statement that locks several rows locks them in this order, the key's: two statements
 # that took the same rows in two orders (enqueue by key, the reaper by id) could each hold a
@@ -57,11 +61,10 @@ class Dispatch(NamedTuple):
 
 
 class Row(NamedTuple):
-    """A row to insert in the statement that finishes a run (its history record): the table,
-    its columns, and their values as one JSON object (read as the table's row type)."""
+    """A run's history record, inserted by the statement that ends the run: every column of
+    ``ReconcileRecord`` (``RECORD_COLUMNS``) in one JSON object, which PostgreSQL reads as the
+    table's row type - one value bound, not one per column."""
 
-    table: str
-    columns: Sequence[str]
     document: str
 
 
@@ -283,9 +286,83 @@ class Finished(NamedTuple):
     next_claim: Claim | None = None
 
 
+# Ending a run: the statement every end of a run takes (``finish``), in two texts - with the
+# claim of the key its thread runs next, and without. Its parts, data-modifying CTEs (they
+# all run to completion, read or not):
+#   lk  locks the run's row and the next key's in LOCK_ORDER (with the claim only);
+#   f   moves the run's key on, only while the run holds it (its token, state running);
+#   r   inserts the run's history row, only if f did (``FROM f``) and a row was given;
+#   c   claims the next key (with the claim only).
+# Each part returns at most one row; the outer query always returns exactly one, with NULLs
+# for a part that matched nothing. Two texts, not one whose claim matches nothing when no key
+# waits: the locking CTE and an empty claim would add their work to every end that claims
+# nothing, the reaper's and a quiet worker's, for no lock order to keep (one row is locked).
+def _end_cte(locked: str) -> str:
+    return f"""f AS (
+    UPDATE {TABLE} SET
+        state = CASE WHEN dirty AND NOT %(lost)s THEN 'queued'
+                     WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
+                     ELSE 'idle' END,
+        token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
+                     ELSE token END,
+        attempts = %(attempts)s,
+        due_at = CASE WHEN dirty AND NOT %(lost)s AND %(debounce)s::float8 > 0
+                      THEN now() + make_interval(secs => %(debounce)s::float8)
+                      WHEN (NOT dirty OR %(lost)s) AND %(delay)s::float8 IS NOT NULL
+                      THEN now() + make_interval(secs => %(delay)s::float8) END,
+        enqueued_at = CASE WHEN dirty OR %(lost)s THEN now() ELSE enqueued_at END,
+        dispatched_at = CASE
+            WHEN %(lost)s THEN NULL
+            WHEN dirty THEN now()
+            WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
+            ELSE NULL END,
+        -- every expression reads the row as it was: pending_triggers below is the
+        -- waiting triggers before the lost run's are put back in front of them
+        pending_triggers = CASE WHEN %(lost)s THEN running_triggers ELSE '{{}}' END
+            || pending_triggers
+            || CASE WHEN %(delay)s::float8 IS NOT NULL
+                         AND NOT (%(trig)s = ANY(pending_triggers))
+                    THEN ARRAY[%(trig)s]::varchar[] ELSE '{{}}' END,
+        pending_audit = CASE WHEN %(lost)s THEN running_audit ELSE '{{}}' END
+            || pending_audit,
+        running_triggers = '{{}}', running_audit = '{{}}',
+        dirty = false, lease_expires_at = NULL, worker = '',
+        last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
+        last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
+    WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+      AND (NOT %(lost)s OR lease_expires_at < now()) {locked}
+    RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
+        extract(epoch FROM now()) AS at)"""
+
+
+_RECORD_CTE = f"""r AS (
+    INSERT INTO {RECORD_TABLE} ({", ".join(f'"{c}"' for c in RECORD_COLUMNS)})
+    SELECT {", ".join(f'p."{c}"' for c in RECORD_COLUMNS)}
+    FROM f, jsonb_populate_record(NULL::{RECORD_TABLE}, %(row)s::jsonb) AS p
+    WHERE %(row)s::jsonb IS NOT NULL
+    RETURNING id)"""
+
+
+def _finish_sql(claims_next: bool) -> str:
+    if not claims_next:
+        return f"""WITH {_end_cte("")}, {_RECORD_CTE}
+            SELECT f.state, f.token, f.dispatched, f.at, r.id
+            FROM (VALUES (1)) AS one(x) LEFT JOIN (f LEFT JOIN r ON true) ON true"""
+    return f"""WITH {_LOCK_BOTH}, {_end_cte(_LOCKED)}, {_RECORD_CTE},
+            c AS ({_claim_sql(_LOCKED)})
+        SELECT f.state, f.token, f.dispatched, f.at, r.id, c.*
+        FROM (VALUES (1)) AS one(x) LEFT JOIN (f LEFT JOIN r ON true) ON true
+            LEFT JOIN c ON true"""
+
+
+_FINISH_SQL = {False: _finish_sql(False), True: _finish_sql(True)}
+
+
 def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: float = 0.0,
-           record: Row | None = None, then: ClaimRequest | None = None) -> Finished:
-    """running -> idle | backoff | queued, in one statement: the only way a run ends.
+           record: Row | None = None, then: ClaimRequest | None = None, *,
+           lost: bool = False) -> Finished:
+    """running -> idle | backoff | queued, in one statement: the only way a run ends - by
+    the worker that ran it, or by the reaper when that worker is gone (``lost``).
 
     ``record``: the run's history row, inserted by the same statement only if the run still
     held its key - a recorded run is a finished run, atomic without a transaction.
@@ -302,79 +379,36 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: fl
     any queued key) and its message carries that countdown. A delay within ``max_countdown``
     is sent as a Celery countdown; a longer one stays in the ledger (``dispatched_at`` NULL)
     until the due sweep sends it.
+
+    ``lost``: the reaper ends a run whose lease expired (its worker died, or was ended at its
+    hard deadline; ``reap``), with ``decision.worker_lost``. Only a run whose lease has expired is
+    ended so. Backoff wins over dirty: a reconcile that kills its worker every time is retried
+    ever more slowly even while events keep coming. What the run had taken up (its triggers and
+    audit ids) waits for its retry, as its work was not done; the retry waits in the ledger
+    (no message) until the due sweep sends it.
     """
     if then is not None and then.key == claim_.key:
         raise ValueError("a run's own key cannot be claimed by the statement that ends it")
-    locked = _LOCKED if then is not None else ""
-    update = f"""
-            UPDATE {TABLE} SET
-                state = CASE WHEN dirty THEN 'queued'
-                             WHEN %(delay)s::float8 IS NOT NULL THEN 'backoff'
-                             ELSE 'idle' END,
-                token = CASE WHEN dirty OR %(delay)s::float8 IS NOT NULL THEN token + 1
-                             ELSE token END,
-                attempts = %(attempts)s,
-                due_at = CASE WHEN dirty AND %(debounce)s::float8 > 0
-                              THEN now() + make_interval(secs => %(debounce)s::float8)
-                              WHEN NOT dirty AND %(delay)s::float8 IS NOT NULL
-                              THEN now() + make_interval(secs => %(delay)s::float8) END,
-                enqueued_at = CASE WHEN dirty THEN now() ELSE enqueued_at END,
-                dispatched_at = CASE
-                    WHEN dirty THEN now()
-                    WHEN %(delay)s::float8 IS NOT NULL AND %(delay)s::float8 <= %(max)s THEN now()
-                    ELSE NULL END,
-                pending_triggers = CASE
-                    WHEN %(delay)s::float8 IS NOT NULL AND NOT (%(trig)s = ANY(pending_triggers))
-                    THEN pending_triggers || ARRAY[%(trig)s]::varchar[]
-                    ELSE pending_triggers END,
-                running_triggers = '{{}}', running_audit = '{{}}',
-                dirty = false, lease_expires_at = NULL, worker = '',
-                last_outcome = %(outcome)s, last_error = %(error)s, last_finished_at = now(),
-                last_success_at = CASE WHEN %(ok)s THEN now() ELSE last_success_at END
-            WHERE id = %(id)s AND token = %(token)s AND state = 'running' {locked}
-            RETURNING state, token, dispatched_at IS NOT NULL AS dispatched,
-                extract(epoch FROM now()) AS at
-            """
     params = {"delay": decision.delay, "attempts": decision.attempts, "max": max_countdown,
               "trig": decision.trigger or Trigger.RETRY, "outcome": decision.outcome,
               "error": decision.error_message[:4000], "ok": decision.ok, "id": claim_.id,
-              "token": claim_.token, "debounce": debounce}
-    # Data-modifying CTEs all run to completion, read or not, and must be at the top level.
-    ctes, columns, ends = [f"f AS ({update})"], ["f.state", "f.token", "f.dispatched", "f.at"], "f"
-    if record is not None:
-        names = ", ".join(f'"{c}"' for c in record.columns)
-        values = ", ".join(f'p."{c}"' for c in record.columns)
-        params["row"] = record.document
-        ctes.append(f"""r AS (INSERT INTO {record.table} ({names})
-                       SELECT {values} FROM f,
-                           jsonb_populate_record(NULL::{record.table}, %(row)s::jsonb) AS p
-                       RETURNING id)""")
-        columns.append("r.id")
-        ends = "f CROSS JOIN r"
-    sql = update
-    if len(ctes) > 1:
-        sql = f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM {ends}"
+              "token": claim_.token, "debounce": debounce, "lost": lost,
+              "row": record.document if record is not None else None}
     if then is not None:
-        # Each part returns at most one row; the outer query always returns exactly one, with
-        # NULLs for a part that matched nothing.
         params.update(then.params())
-        sql = f"""WITH {_LOCK_BOTH}, {', '.join(ctes)}, c AS ({_claim_sql(_LOCKED)})
-            SELECT {', '.join(columns)}, c.* FROM (VALUES (1)) AS one(x)
-            LEFT JOIN {ends if len(ctes) == 1 else f"({ends})"} ON true LEFT JOIN c ON true"""
     started = time.monotonic()
     with _cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_FINISH_SQL[then is not None], params)
         row = cursor.fetchone()
     next_claim = None
     if then is not None:
-        claimed = row[len(columns):]
+        claimed = row[5:]
         next_claim = then.claim(claimed if claimed[0] is not None else None, started)
-        row = row[:len(columns)] if row[0] is not None else None
-    if row is None:
+    if row[0] is None:
         raise LeaseLost(f"{claim_.key}: the run ended after its lease was lost; the reaper "
                         "re-queued the key", next_claim=next_claim)
-    state, token, dispatched, at = row[:4]
-    record_id = row[4] if record is not None else 0
+    state, token, dispatched, at, record_id = row[:5]
+    record_id = record_id or 0
     if state == State.QUEUED:
         return Finished(Dispatch(claim_.key, token, countdown=debounce or None, at=float(at)),
                         record_id, next_claim)
@@ -384,11 +418,21 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: fl
     return Finished(None, record_id, next_claim)
 
 
+class LostRun(NamedTuple):
+    """A run the reaper ended because its worker vanished: its key, the triggers it and the
+    events after it had taken up (what its record names), and its key's consecutive
+    failures, this one counted."""
+
+    key: Key
+    triggers: list[str]
+    attempts: int
+
+
 @dataclass(frozen=True)
 class Reaped:
     """What the reaper found: runs whose worker vanished, and messages to (re)send."""
 
-    lost_runs: list[tuple[Key, list[str], int]]  # key, triggers it was running, attempts
+    lost_runs: list[LostRun]  # each ended with its record, by ``finish``
     dispatches: list[Dispatch]
 
 
@@ -403,12 +447,19 @@ class Backlog:
     other: float | None = None
 
 
-def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None) -> Reaped:
+# A lost run's history row, from the run and the decision that ends it (``history``'s).
+LostRecord = Callable[[LostRun, Decision], Row]
+
+
+def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None,
+         record: LostRecord | None = None) -> Reaped:
     """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
 
     1. running, lease expired: the run's worker died (or was ended at its hard deadline) ->
-       backoff, due after the key's next backoff: a reconcile that kills its worker every time
-       is retried ever more slowly, never in a tight loop.
+       ended by ``finish`` as any run ends, ``lost`` (``decision.worker_lost``): backoff, due after
+       the key's next backoff, with ``record(run, decision)`` as its history row in the same
+       statement - never one without the other. A run whose end fails (the database refused
+       its record) is logged and left running, for the next pass to end.
     2. queued, its message sent before the oldest message still waiting in its queue, by more
        than ``redispatch_after``: the queue is first in, first out, so that message has left
        it - to a worker that died, a Redis restart, or a publish that failed - and no run
@@ -420,33 +471,15 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
        and the one that reaps may disagree on the time, by any amount.
     3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
 
-    Rows are locked in key order, as by every other statement that locks several rows (see
-    ``LOCK_ORDER``), and each pass commits on its own: held together, the three passes' locks
-    would not be in one order any more, and an enqueue could deadlock with them. Each pass is
-    complete alone; what it returns is sent once all three ran.
+    Each lost run is ended by a statement of its own, which locks its row alone; passes 2 and
+    3 lock their rows in key order, as every statement that locks several rows (see
+    ``LOCK_ORDER``), and each commits on its own: held together, the passes' locks would not
+    be in one order any more, and an enqueue could deadlock with them. Each pass is complete
+    alone; what it returns is sent once all three ran.
     """
     backlog = backlog or Backlog({})
+    lost_runs = [found.run for found in _expired() if _end_lost(found, backoff, record)]
     with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} SET
-                state = 'backoff', token = token + 1, attempts = attempts + 1,
-                due_at = now() + make_interval(secs => least(
-                    %(base)s * power(2, least(attempts, 60)), %(cap)s)),
-                pending_triggers = running_triggers || pending_triggers || ARRAY['retry']::varchar[],
-                pending_audit = running_audit || pending_audit,
-                running_triggers = '{{}}', running_audit = '{{}}', dirty = false,
-                lease_expires_at = NULL, enqueued_at = now(), dispatched_at = NULL,
-                last_outcome = 'error', last_error = 'worker lost: lease expired mid-run (' || worker || ')',
-                last_finished_at = now(), worker = ''
-            WHERE id IN (SELECT id FROM {TABLE}
-                         WHERE state = 'running' AND lease_expires_at < now()
-                         ORDER BY {LOCK_ORDER} FOR UPDATE)
-            RETURNING reconciler, namespace, name, token, attempts, pending_triggers
-            """,
-            {"base": backoff.base, "cap": backoff.cap},
-        )
-        lost = _fetch(cursor)
         cursor.execute(
             f"""
             UPDATE {TABLE} SET dispatched_at = now()
@@ -479,11 +512,57 @@ def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = No
             {"after": redispatch_after},
         )
         due = _fetch(cursor)
-    lost_runs = [(Key(r, ns, n), [t for t in trig if t != "retry"], attempts)
-                 for r, ns, n, _token, attempts, trig in lost]
     dispatches = [Dispatch(Key(r, ns, n), token, at=float(at))
                   for r, ns, n, token, at in resend + due]
     return Reaped(lost_runs, dispatches)
+
+
+class _Expired(NamedTuple):
+    """A running row whose lease expired: the claim its vanished worker held, that worker,
+    and the lost run as the reaper reports and records it."""
+
+    claim: Claim
+    worker: str
+    run: LostRun
+
+
+def _expired() -> list[_Expired]:
+    """The runs whose lease has expired, in key order. Read without a lock: ``finish`` ends
+    each by its token, so one that ended meanwhile (its worker finished after all, or another
+    reaper ended it) is left as it is."""
+    with _cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT id, reconciler, namespace, name, token, attempts, running_triggers,
+                   pending_triggers, running_audit, worker
+            FROM {TABLE} WHERE state = 'running' AND lease_expires_at < now()
+            ORDER BY {LOCK_ORDER}
+            """)
+        rows = _fetch(cursor)
+    found = []
+    for id_, r, ns, n, token, attempts, running, pending, audit, worker in rows:
+        key = Key(r, ns, n)
+        found.append(_Expired(
+            Claim(id_, key, token, attempts, list(running), list(audit)), worker,
+            LostRun(key, [t for t in [*running, *pending] if t != Trigger.RETRY],
+                    attempts + 1)))
+    return found
+
+
+def _end_lost(found: _Expired, backoff: Backoff, record: LostRecord | None) -> bool:
+    """End one lost run with its record (``finish``, ``lost``); whether it ended here."""
+    decision = worker_lost(attempts=found.claim.attempts, backoff=backoff, worker=found.worker)
+    row = record(found.run, decision) if record is not None else None
+    try:
+        with transaction.atomic():  # a savepoint when the caller holds a transaction
+            finish(found.claim, decision, 0.0, record=row, lost=True)
+    except LeaseLost:
+        return False  # it ended meanwhile
+    except DatabaseError:
+        log.exception("%s: could not end the run its worker lost; the next pass tries again",
+                      found.run.key)
+        return False
+    return True
 
 
 def stats() -> list[tuple[str, str, int, float, float]]:

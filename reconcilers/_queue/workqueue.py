@@ -10,7 +10,8 @@ surrounding transaction commits:
                            the per-key backoff), or queued again (dirty) - with the run's
                            history row and the claim of the next key, in one statement.
 - ``pause(keys)``          pause / resume.
-- ``reap()``               recover lost runs, lost messages and due retries (beat).
+- ``reap()``               recover lost runs (each ended as ``done`` ends a run, with its
+                           record), lost messages and due retries (beat).
 
 Messages go through one sender, registered at start-up (``AppConfig.ready`` registers the
 Celery one), so this module knows nothing of Celery. Every message's task id is derived from
@@ -38,12 +39,13 @@ from reconcilers._base import metrics
 from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
 from reconcilers._queue.ledger import (Backlog, Claim, ClaimRequest, Dispatch, Finished,
-                                       LeaseLost, Reaped, Row)
+                                       LeaseLost, LostRecord, LostRun, Reaped, Row)
 from reconcilers._base.vocab import Key
 
-__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "Finished", "LeaseLost", "Reaped",
-           "Row", "add", "claim", "done", "connect", "messages", "pause", "reap", "send",
-           "set_sender", "shared_task_id", "task_id", "forget_gone"]
+__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "Finished", "LeaseLost",
+           "LostRecord", "LostRun", "Reaped", "Row", "add", "claim", "done", "connect",
+           "messages", "pause", "reap", "send", "set_sender", "shared_task_id", "task_id",
+           "forget_gone"]
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +241,13 @@ def forget_in(reconciler: str, namespaces: Iterable[str]) -> int:
     return forgotten
 
 
-def reap(backlog: Backlog | None = None) -> Reaped:
-    """Recover what crashes and lost messages left behind, and send what is due. The runs it
-    found lost are returned for history to record. ``backlog``: how long the broker's oldest
+def reap(backlog: Backlog | None = None, record: LostRecord | None = None) -> Reaped:
+    """Recover what crashes and lost messages left behind, and send what is due. A run whose
+    worker vanished is ended as every run is (``ledger.finish``), with its history row
+    ``record(run, decision)`` in the same statement. ``backlog``: how long the broker's oldest
     waiting messages have waited, if the sender can tell (see ``ledger.reap``)."""
     conf = settings()
-    found = ledger.reap(conf.redispatch_after, conf.backoff(), backlog)
+    found = ledger.reap(conf.redispatch_after, conf.backoff(), backlog, record)
     send(found.dispatches)
     if found.lost_runs:
         metrics.reaper_recoveries_total.labels("lost_run").inc(len(found.lost_runs))

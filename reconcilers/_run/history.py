@@ -13,8 +13,8 @@ from django.utils import timezone
 from reconcilers._run.evidence import record_evidence
 from reconcilers._base.conf import settings
 from reconcilers._queue.decision import Decision
-from reconcilers._queue.workqueue import Claim, Row
-from reconcilers.models import Outcome, ReconcileRecord, RunInputs
+from reconcilers._queue.workqueue import Claim, LostRun, Row
+from reconcilers.models import ReconcileRecord, RunInputs
 from reconcilers._base.vocab import Key
 
 
@@ -31,14 +31,6 @@ class RunFacts:
     events: list = field(default_factory=list)
     phase: str = ""  # reconcile | finalize
     capabilities: list = field(default_factory=list)  # [{"action", "detail"}]
-
-
-def record_run(claim: Claim, decision: Decision, facts: RunFacts) -> ReconcileRecord:
-    """One ``ReconcileRecord`` for one run, and the capability evidence it carries."""
-    record = new_record(claim, decision, facts)
-    record.save(force_insert=True)
-    record_evidence(record, claim.attempts)
-    return record
 
 
 def record_evidence_of(record_id: int, values: Mapping[str, Any], failures_before: int) -> None:
@@ -97,21 +89,20 @@ def as_row(values: Mapping[str, Any]) -> Row:
     value, not one per column. Datetimes keep their microseconds, as ``save()`` would."""
     document = {c: values[c].isoformat() if isinstance(values[c], datetime) else values[c]
                 for c in _COLUMNS}
-    return Row(ReconcileRecord._meta.db_table, _COLUMNS, json.dumps(document))
+    return Row(json.dumps(document))
 
 
-def record_lost_runs(lost: list[tuple[Key, list[str], int]]) -> None:
-    """A run whose worker died has no record of its own: the reaper writes one."""
+def lost_row(run: LostRun, decision: Decision) -> Row:
+    """The record of a run whose worker vanished (``workqueue.reap`` writes it with the run's
+    end): no object, no duration, the triggers it and the events after it had taken up."""
     now = timezone.now()
-    ReconcileRecord.objects.bulk_create([
-        ReconcileRecord(
-            reconciler=key.reconciler, namespace=key.namespace, name=key.name,
-            triggers=triggers, attempt=attempts, started_at=now, finished_at=now,
-            duration_ms=0, outcome=Outcome.ERROR, error_class="WorkerLost",
-            error_message="the worker running this key stopped before finishing (lease expired)",
-        )
-        for key, triggers, attempts in lost
-    ])
+    values = {f.column: f.get_default() for f in ReconcileRecord._meta.concrete_fields}
+    values.update(
+        reconciler=run.key.reconciler, namespace=run.key.namespace, name=run.key.name,
+        triggers=list(run.triggers), attempt=run.attempts, started_at=now, finished_at=now,
+        duration_ms=0.0, outcome=decision.outcome, error_class=decision.error_class,
+        error_message="the worker running this key stopped before finishing (lease expired)")
+    return as_row(values)
 
 
 def for_key(key: Key):

@@ -3,9 +3,10 @@
 A run keeps its inputs (``RunInputs``: the object as read, every ``ctx.get`` / ``ctx.list``
 with its answer, and the writes it made) when ``RECONCILERS_RECORD_INPUTS`` says so - by
 default for failed runs. ``replay(record_id)`` (``manage.py replay <id>``, the admin's
-*Replay* button) runs the reconciler's current code on those inputs: reads are answered from
-the record, and writes are captured, never sent - nothing reaches the api-server or the
-cache. The outcome and writes come back beside the recorded run's, to see what a fix
+*Replay* button) runs the reconciler's current code on those inputs through the runner's own
+attempt (``runner.attempt``: the same read of the object, call, exception capture, status
+write and decision as a worker's run): reads are answered from the record, and writes are
+captured, never sent - nothing reaches the api-server or the cache. The outcome and writes come back beside the recorded run's, to see what a fix
 changes. ``reconcilers.testing.replay_inputs`` runs the same on inputs a test keeps, and
 ``regression_test`` writes such a test from a record.
 
@@ -24,13 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconcilers._kube import kube
+from reconcilers._run import runner
 from reconcilers._run.inputs import writes_of
 from reconcilers._base.conf import settings
-from reconcilers._kube.context import Context, Lister
-from reconcilers._queue.decision import decide
+from reconcilers._kube.context import Lister
 from reconcilers.models import ReconcileRecord, RunInputs
 from reconcilers._authoring.registry import Registry, registry as default_registry
-from reconcilers._run.runner import Seen, invoke
 from reconcilers._base.vocab import Key
 
 log = logging.getLogger(__name__)
@@ -105,31 +105,26 @@ class _Outcome:
 
 def replay_inputs(inputs: dict, registry: Registry | None = None) -> _Outcome:
     """Run the current code on ``inputs`` (``inputs_of``'s shape): reads from them, writes
-    captured."""
+    captured. The run is the runner's own (``runner.attempt``), on an api that answers from
+    the inputs: what a worker does for a key, a replay does."""
     registry = registry or default_registry
     name = inputs["reconciler"]
     if name not in registry:
         raise NotReplayable(f"no reconciler named {name!r} is registered here")
     cls = registry.get_class(name)
     key = Key(name, inputs["namespace"], inputs["name"])
-    obj = copy.deepcopy(inputs["obj"])
-    world = _World(obj, cls.primary().path(key.namespace or None, key.name))
-    api = kube.Offline(world.answer)
-    ctx = Context(key, obj, primary=cls.primary(), watched=cls.watched(), api=api,
-                  indexes=cls.indexes, scopes=cls.cache_scopes())
-    ctx.lister = _Recorded(ctx.lister, inputs.get("reads") or [], world)
-    seen = Seen(obj=obj)
-    backoff = settings().backoff(cls.backoff_base, cls.backoff_max)
-    try:
-        decided, result = invoke(registry.get(name), cls, obj, ctx, seen,
-                                 inputs.get("triggers") or ())
-        decision = decide(attempts=max(0, int(inputs.get("attempt") or 1) - 1), backoff=backoff,
-                          result=result, decided=decided)
-    except (Exception, SystemExit) as exc:
-        decision = decide(attempts=max(0, int(inputs.get("attempt") or 1) - 1), backoff=backoff,
-                          error=exc)
-    return _Outcome(decision.outcome, decision.error_message, writes_of(ctx.writes),
-                    ctx.lister.unrecorded, ctx.obj)
+    world = _World(copy.deepcopy(inputs["obj"]),
+                   cls.primary().path(key.namespace or None, key.name))
+    done = runner.attempt(
+        key, cls, registry, attempts=max(0, int(inputs.get("attempt") or 1) - 1),
+        backoff=settings().backoff(cls.backoff_base, cls.backoff_max),
+        api=kube.Offline(world.answer), triggers=inputs.get("triggers") or (),
+        reads=lambda live: _Recorded(live, inputs.get("reads") or [], world))
+    ctx = done.ctx
+    return _Outcome(done.decision.outcome, done.decision.error_message,
+                    writes_of(ctx.writes) if ctx is not None else [],
+                    ctx.lister.unrecorded if ctx is not None else [],
+                    done.seen.final or done.seen.obj)
 
 
 class _World:

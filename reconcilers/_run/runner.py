@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -40,7 +40,7 @@ from reconcilers._run import deadlines, history, inputs, pool, timers
 from reconcilers._base import logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
-from reconcilers._kube.context import Context, fence_until
+from reconcilers._kube.context import Context, Lister, fence_until
 from reconcilers._queue.decision import Decision, decide
 from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
 from reconcilers._run.evidence import HEALED, new_evidence
@@ -299,9 +299,14 @@ class Attempt:
 
 def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
             backoff: Backoff, api: kube.ApiClient | None = None,
-            fence: Callable[[], None] | None = None, triggers: Sequence[str] = ()) -> Attempt:
+            fence: Callable[[], None] | None = None, triggers: Sequence[str] = (),
+            reads: Callable[[Lister], Lister] | None = None) -> Attempt:
     """Read the object, call the user's code, decide: what a worker does for a key it holds,
-    and what ``reconcilers.testing`` does for a test. Never raises for anything user code does.
+    what ``reconcilers.testing`` does for a test, and what ``replay`` does on a record's
+    inputs. Never raises for anything user code does.
+
+    ``reads``: a replay's reads answered from the record instead - given the lister ``ctx``
+    would read through, the one it reads through (a replay keeps no inputs of its own).
     """
     seen, ctx = Seen(), None
     try:
@@ -314,7 +319,9 @@ def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attem
                            seen, None, None)
         ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
                       fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
-        if inputs.recording():  # for a replay of this run (``replay``): copies, before use
+        if reads is not None:
+            ctx.lister = reads(ctx.lister)
+        elif inputs.recording():  # for a replay of this run (``replay``): copies, before use
             seen.read, ctx.lister.reads = copy.deepcopy(seen.obj), []
         try:
             decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
@@ -470,12 +477,10 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts, debounce:
         if then is not None:
             _check_connection()  # this statement claims a run: a busy thread's only claim
         try:
-            if evidence:
-                with transaction.atomic():
-                    finished = workqueue.done(claim, decision, debounce, row)
-                    history.record_evidence_of(finished.record_id, values, claim.attempts)
-            else:
+            with transaction.atomic() if evidence else nullcontext():
                 finished = workqueue.done(claim, decision, debounce, row, then)
+                if evidence:
+                    history.record_evidence_of(finished.record_id, values, claim.attempts)
             if then is not None:
                 waiting.handed = finished.next_claim  # type: ignore[union-attr]
             return finished.record_id, finished.follow_up

@@ -98,11 +98,9 @@ def _run_alone(key: str, token: int, worker: str, task_id: str) -> str:
 def reap() -> int:
     """Beat: re-queue runs whose worker died, re-send lost messages, send due retries."""
     with _periodic_connection():
-        found = workqueue.reap(broker_backlog())
-        if found.lost_runs:
-            history.record_lost_runs(found.lost_runs)
-            for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so
-                metrics.observe_lost_run(key.reconciler)
+        found = workqueue.reap(broker_backlog(), record=history.lost_row)
+        for key, _triggers, _attempts in found.lost_runs:  # recorded as errors: counted so
+            metrics.observe_lost_run(key.reconciler)
         return len(found.dispatches)
 
 
