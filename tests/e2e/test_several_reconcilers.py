@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reconcilers.models import ReconcileRecord, WatchStream, WorkItem
 from tests.helpers import free_port, http_get, wait_for
 from tests.e2e.test_engine import create, get
-from tests.multiproject.reconcilers import FAIL, FINALIZED, MAY_FINISH
+from tests.multiproject.markers import FAIL, FINALIZED, MAY_FINISH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from reconcilers.api import Owns, Reconciler, Result, register
 from reconcilers._kube.cache import get_redis
-
-FAIL = "multiproject/fail"
-FINALIZED = "multiproject:finalized"  # Redis list: <namespace>/<name> of each cleanup done
-MAY_FINISH = "multiproject:may-finish:"
+from tests.multiproject.markers import FAIL, FINALIZED, MAY_FINISH
 
 
 @register
