@@ -13,10 +13,10 @@ from reconcilers._kube.context import Context, Lister, NotOwnedError, controller
 from reconcilers._authoring.dependents import Dependent, Progress, Workflow
 from reconcilers._kube.kube import ApiError
 from reconcilers._authoring.registry import Registry, register
-from reconcilers._base.results import PermanentError, Result, TemporaryError
+from reconcilers._base.reconcile import Key, PermanentError, Result, TemporaryError
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._run.timers import timer
-from reconcilers._base.vocab import GVR, Index, Key, Owns, Watches
+from reconcilers._base.vocab import GVR, Index, Owns, Watches
 
 __all__ = [
     "ApiError",

@@ -1,7 +1,8 @@
 """What the operator remembers: registered reconcilers, the work ledger, history, watch streams.
 
 The work ledger's state machine lives in ``ledger.py`` beside these models (each transition is a
-single SQL statement); this module holds only the tables and their vocabulary.
+single SQL statement); this module holds only the tables. Their words - triggers, states,
+outcomes - are the run's vocabulary (``_base.reconcile``), shared with the ledger and runner.
 """
 
 from __future__ import annotations
@@ -12,44 +13,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.utils import timezone
 
-from reconcilers._base.vocab import Key
-
-
-class Outcome(models.TextChoices):
-    """One vocabulary for how a run ended: database, logs, metrics and admin all use it."""
-
-    SUCCESS = "success"
-    REQUEUE = "requeue"
-    REQUEUE_AFTER = "requeue_after"
-    ERROR = "error"
-    PERMANENT = "permanent"
-    GONE = "gone"
-    SKIPPED = "skipped"
-
-
-class Trigger(models.TextChoices):
-    """Why a key was enqueued. A run absorbs every trigger that arrived while it waited."""
-
-    ADDED = "added"
-    MODIFIED = "modified"
-    DELETED = "deleted"
-    OWNED = "owned-child"
-    WATCHED = "watched"  # a related object (``Watches``) changed
-    RESYNC = "resync"
-    MANUAL = "manual"
-    RETRY = "retry"
-    REQUEUE = "requeue"
-    RELIST = "relist"
-    START = "start"  # a new leader's pass: the code or settings changed (``onstart``)
-
-
-class State(models.TextChoices):
-    """Ledger states. ``queued`` has a message on its way; ``backoff`` waits for ``due_at``."""
-
-    IDLE = "idle"
-    QUEUED = "queued"
-    RUNNING = "running"
-    BACKOFF = "backoff"
+from reconcilers._base.reconcile import Key, Outcome, State
 
 
 class RegisteredReconciler(models.Model):

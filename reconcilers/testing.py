@@ -60,7 +60,7 @@ import yaml
 
 from reconcilers._kube import kube
 from reconcilers._kube.fake import FakeApiServer, NotModelled
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 if TYPE_CHECKING:
     from reconcilers._authoring.reconciler import Reconciler

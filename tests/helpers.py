@@ -76,7 +76,8 @@ def at_rest(reconciler: str, namespace: str, name: str, horizon: float = 10) -> 
 
     from django.utils import timezone
 
-    from reconcilers.models import State, WorkItem
+    from reconcilers.models import WorkItem
+    from reconcilers._base.reconcile import State
 
     item = WorkItem.objects.filter(reconciler=reconciler, namespace=namespace,
                                    name=name).first()

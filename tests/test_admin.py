@@ -16,8 +16,7 @@ from reconcilers._kube import cache
 from reconcilers._run import evidence, runner
 from reconcilers._queue import ledger
 from reconcilers._run.evidence import evidenced_level, score
-from reconcilers._queue.decision import Decision
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Decision, Key
 from reconcilers.models import AuditLog, ReconcileRecord, RegisteredReconciler, WorkItem
 from reconcilers._authoring.registry import registry
 

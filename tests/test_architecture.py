@@ -535,3 +535,56 @@ def start():
 """
     assert _unowned_state(planted) == ["module:5: _seen", "module:11: _local",
                                        "module:12: _ready"]
+
+
+# The run's vocabulary has one home (``reconcilers._base.reconcile``): the ORM, the ledger,
+# the runner and the admin import these words, and no other module defines one of them.
+RUN_WORDS = {"Key", "Trigger", "State", "Outcome", "Result", "TemporaryError", "PermanentError",
+             "ReconcileError", "Decision", "Dispatch", "Claim", "LeaseLost"}
+VOCABULARY = "reconcilers._base.reconcile"
+
+
+def _word_definitions(source: str, module: str = "module") -> list[str]:
+    """Where ``source`` defines one of the run's words, or reads one from anywhere but its
+    home."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name in RUN_WORDS:
+            found.append(f"{module}:{node.lineno}: defines {node.name}")
+        elif (isinstance(node, ast.ImportFrom) and not node.level
+              and (node.module or "").startswith("reconcilers.") and node.module != VOCABULARY
+              and node.module not in PUBLIC_IMPORTERS):
+            for alias in node.names:
+                if alias.name in RUN_WORDS:
+                    found.append(f"{module}:{node.lineno}: imports {alias.name} from "
+                                 f"{node.module}")
+    return found
+
+
+# The public doors hand authors the words a reconcile returns and raises; code inside the app
+# takes them from their home.
+PUBLIC_IMPORTERS = {"reconcilers.api"}
+
+
+def test_the_runs_vocabulary_has_one_home():
+    found = []
+    for name, path in sorted(_modules().items()):
+        if name != VOCABULARY:
+            found += _word_definitions(path.read_text(), name)
+    assert found == []
+    inner, _ = _imports()
+    for user in ("reconcilers.models", "reconcilers._queue.ledger", "reconcilers._run.runner"):
+        assert VOCABULARY in inner[user], user
+
+
+def test_a_second_home_for_a_run_word_is_found():
+    planted = """from reconcilers._queue.ledger import Claim
+from reconcilers._base.reconcile import Key
+from reconcilers.api import Result
+
+
+class Outcome(str):
+    pass
+"""
+    assert _word_definitions(planted) == ["module:1: imports Claim from reconcilers._queue.ledger",
+                                          "module:6: defines Outcome"]

@@ -11,7 +11,7 @@ import pytest
 from reconcilers._queue import broker, workqueue
 from reconcilers._base.conf import RunLimits
 from reconcilers._authoring.registry import registry
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Dispatch, Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ def test_each_kind_of_message_is_a_celery_task_message_with_its_limits(redis_cli
     limits = RunLimits.of(registry.get_class(probe).timeout)
     key = Key(probe, "ns", "one")
     before = time.time()
-    one = _sent(redis_client, queue, lambda: broker.publish(workqueue.Dispatch(key, 3), "id-1"))
+    one = _sent(redis_client, queue, lambda: broker.publish(Dispatch(key, 3), "id-1"))
     headers = one["headers"]
     assert (headers["task"], headers["id"]) == (f"reconcile:{probe}", "id-1")
     assert headers["timelimit"] == [limits.hard, limits.soft]
@@ -47,16 +47,16 @@ def test_each_kind_of_message_is_a_celery_task_message_with_its_limits(redis_cli
     assert one["properties"]["delivery_info"]["routing_key"] == queue
 
     later = _sent(redis_client, queue,
-                  lambda: broker.publish(workqueue.Dispatch(key, 3, countdown=30), "id-2"))
+                  lambda: broker.publish(Dispatch(key, 3, countdown=30), "id-2"))
     assert later["headers"]["eta"] is not None
 
-    keys = [workqueue.Dispatch(Key(probe, "ns", n), 1) for n in ("a", "b")]
+    keys = [Dispatch(Key(probe, "ns", n), 1) for n in ("a", "b")]
     shared = _sent(redis_client, queue, lambda: broker.publish_many(keys, "id-3"))
     assert shared["headers"]["timelimit"] == [3 * limits.hard + limits.hard, 3 * limits.hard]
     assert shared["headers"]["kwargsrepr"] == "{'keys': <2 keys>}"
 
     gone = _sent(redis_client, queue, lambda: broker.publish(
-        workqueue.Dispatch(Key(UNREGISTERED, "ns", "gone"), 1), "id-4"))
+        Dispatch(Key(UNREGISTERED, "ns", "gone"), 1), "id-4"))
     assert gone["headers"]["task"] == broker.UNREGISTERED_TASK
     periodic = _sent(redis_client, queue, lambda: broker.send_periodic("reconcilers.reap"))
     assert periodic["headers"]["task"] == "reconcilers.reap"
@@ -78,11 +78,11 @@ def test_celerys_publish_signals_see_every_message_of_the_work_queue(redis_clien
     try:
         probe = _probe()
         one = _sent(redis_client, queue, lambda: broker.publish(
-            workqueue.Dispatch(Key(probe, "ns", "signal"), 1), "id-s"))
+            Dispatch(Key(probe, "ns", "signal"), 1), "id-s"))
         redis_client.delete(queue)
         with broker.batch():
             for n in range(3):
-                broker.publish(workqueue.Dispatch(Key(probe, "ns", f"b{n}"), 1), f"id-b{n}")
+                broker.publish(Dispatch(Key(probe, "ns", f"b{n}"), 1), f"id-b{n}")
         assert redis_client.llen(queue) == 3
     finally:
         signals.before_task_publish.disconnect(stamp)
@@ -124,7 +124,7 @@ def test_a_worker_runs_keys_periodic_tasks_and_countdowns_the_broker_sent(celery
 
     worker = celery_worker()
     now, later = Key(UNREGISTERED, "ns", "now"), Key(UNREGISTERED, "ns", "later")
-    held: list[workqueue.Dispatch] = []
+    held: list[Dispatch] = []
     workqueue.set_sender(lambda dispatch, task_id: held.append(dispatch))
     try:
         workqueue.add([now, later], "manual")  # queued in the ledger, held back here

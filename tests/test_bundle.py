@@ -163,7 +163,7 @@ def test_a_project_watching_some_namespaces_is_refused():
 
 def options(**kw) -> bundle.Options:
     values = dict(package="django-crd-operator", version="0.11.0", channels=("alpha",),
-                  default_channel="alpha", claim=bundle.Claim(1, 1))
+                  default_channel="alpha", claim=bundle.LevelClaim(1, 1))
     values.update(kw)
     return bundle.Options(**values)
 

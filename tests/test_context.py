@@ -7,7 +7,7 @@ from kubernetes import client
 
 from reconcilers._queue import ledger
 from reconcilers._run import runner
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord
 

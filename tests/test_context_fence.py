@@ -10,7 +10,8 @@ import pytest
 
 from reconcilers._kube import kube
 from reconcilers._kube.context import Context
-from reconcilers._base.vocab import GVR, Key
+from reconcilers._base.vocab import GVR
+from reconcilers._base.reconcile import Key
 from tests.test_context import probe  # noqa: F401 - the fixture
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")

@@ -9,7 +9,7 @@ import pytest
 from reconcilers._base.conf import Backoff
 from reconcilers._queue.decision import MAX_DELAY, decide
 from reconcilers._kube.kube import ApiError
-from reconcilers._base.results import PermanentError, Result, TemporaryError
+from reconcilers._base.reconcile import PermanentError, Result, TemporaryError
 
 BACKOFF = Backoff(0.005, 1000.0)
 

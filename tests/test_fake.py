@@ -146,7 +146,8 @@ def test_a_run_takes_a_cluster_or_an_api_not_both(cluster):
 def test_ctx_apply_and_delete_run_on_it_as_on_the_api_server():
     """``ctx.apply`` sends its apply conditional on the child's uid and resourceVersion, and
     ``ctx.delete`` with preconditions: the fake honours both."""
-    from reconcilers._base.vocab import GVR, Key
+    from reconcilers._base.vocab import GVR
+    from reconcilers._base.reconcile import Key
     from reconcilers._kube.context import Context
 
     cluster = FakeCluster(crds=[])

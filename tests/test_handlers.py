@@ -8,9 +8,9 @@ import logging
 
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base.predicates import generation_changed
-from reconcilers._base.vocab import Key, Owns, Watches
+from reconcilers._base.vocab import Owns, Watches
+from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._watch.handlers import OWNED, PRIMARY, WATCHED, Handler, Router
-from reconcilers.models import Trigger
 
 
 def child(generation: int, status: str = "", owner: str = "web", kind: str = "App") -> dict:

@@ -13,7 +13,8 @@ import pytest
 from reconcilers._kube import kube
 from reconcilers._kube.context import Context
 from reconcilers._watch.reflector import Reflector
-from reconcilers._base.vocab import GVR, Index, Key
+from reconcilers._base.vocab import GVR, Index
+from reconcilers._base.reconcile import Key
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 COLOR = Index("v1", "ConfigMap", "color", lambda cm: [(cm.get("data") or {}).get("color")])

@@ -15,8 +15,7 @@ from django.db import connection
 
 from reconcilers._queue import ledger
 from reconcilers._base.conf import Backoff
-from reconcilers._queue.decision import Decision
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key, LeaseLost
 from reconcilers.models import WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,7 +34,7 @@ def key(name: str, ns: str = "ns") -> Key:
 
 
 def process(k: Key, token: int, outcome: str = "success", attempts: int = 0,
-            delay: float | None = None, max_countdown: float = 300) -> ledger.Dispatch | None:
+            delay: float | None = None, max_countdown: float = 300) -> Dispatch | None:
     claim = ledger.claim(k, token, "test", LEASE)
     assert claim is not None, f"claim of {k} with token {token} failed"
     return ledger.finish(claim, Decision(outcome, attempts, delay), max_countdown).follow_up
@@ -210,7 +209,7 @@ def test_the_reaper_leaves_a_run_whose_lease_holds():
     (d,) = ledger.enqueue([key("a")], "added")
     claim = ledger.claim(key("a"), d.token, "busy", LEASE)
     assert reap().lost_runs == []
-    with pytest.raises(ledger.LeaseLost):  # ended as lost only once its lease expired
+    with pytest.raises(LeaseLost):  # ended as lost only once its lease expired
         ledger.finish(claim, Decision("error", 1, 0.1, "retry"), 300, lost=True)
     assert item(key("a")).state == "running"
 
@@ -231,13 +230,13 @@ def test_the_late_finish_of_a_run_that_lost_its_lease_changes_nothing():
     reap()
     (again,) = ledger.enqueue([key("a")], "modified")  # an event: no need to wait the backoff
     fresh = ledger.claim(key("a"), again.token, "fresh", LEASE)
-    with pytest.raises(ledger.LeaseLost):
+    with pytest.raises(LeaseLost):
         ledger.finish(slow, Decision("success", 0), 300)
     assert item(key("a")).state == "running" and item(key("a")).worker == "fresh"
     ledger.finish(fresh, Decision("success", 0), 300)
 
 
-def _row(claim: ledger.Claim, decision: Decision) -> ledger.Row:
+def _row(claim: Claim, decision: Decision) -> ledger.Row:
     from datetime import datetime, timezone
 
     from reconcilers._run import history
@@ -285,7 +284,7 @@ def test_a_run_that_lost_its_lease_still_hands_on_the_key_it_claimed_next():
     slow = ledger.claim(key("a"), da.token, "slow", lease_seconds=0.1)
     time.sleep(0.2)
     reap()
-    with pytest.raises(ledger.LeaseLost) as lost:
+    with pytest.raises(LeaseLost) as lost:
         ledger.finish(slow, Decision("success", 0), 300, 0.0,
                                           _row(slow, Decision("success", 0)),
                                           ledger.ClaimRequest(key("b"), db.token, "w", LEASE))
@@ -299,7 +298,7 @@ def test_a_claim_knows_locally_when_its_lease_may_be_gone():
     claim = ledger.claim(key("a"), d.token, "w", lease_seconds=1.2)
     claim.check_held()
     time.sleep(0.3)
-    with pytest.raises(ledger.LeaseLost):
+    with pytest.raises(LeaseLost):
         claim.check_held()  # one second of safety before the database's expiry
 
 
@@ -351,7 +350,7 @@ def test_many_producers_and_consumers_never_process_a_key_twice_at_once():
     overlaps: list[str] = []
     runs: Counter = Counter()
     lock = threading.Lock()
-    pending: list[ledger.Dispatch] = []
+    pending: list[Dispatch] = []
     done = threading.Event()
 
     def producer(n: int) -> None:

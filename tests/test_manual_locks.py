@@ -14,7 +14,7 @@ import time
 import pytest
 
 from reconcilers._queue import ledger, manual
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 from .test_ledger import _race
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from reconcilers.models import Outcome, ReconcileRecord, State, WatchStream, WorkItem
+from reconcilers.models import ReconcileRecord, WatchStream, WorkItem
+from reconcilers._base.reconcile import Outcome, State
 
 pytestmark = pytest.mark.django_db
 

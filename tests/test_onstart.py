@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from reconcilers._watch import onstart
 from reconcilers._authoring.registry import registry
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 PROBE = "probes.test.operator.local"
 

@@ -14,7 +14,7 @@ from reconcilers._run import runner
 from reconcilers.models import ReconcileRecord
 from reconcilers._watch.reflector import Reflector
 from reconcilers._authoring.registry import registry
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)

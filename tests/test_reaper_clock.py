@@ -13,7 +13,7 @@ import pytest
 
 from reconcilers._run import tasks
 from reconcilers._queue import workqueue
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,8 @@ from reconcilers._kube import cache, fence, kube
 from reconcilers._watch.handlers import OWNED, Handler
 from reconcilers._watch.reflector import Gone, Reflector
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._base.vocab import GVR, CacheScope, Key
+from reconcilers._base.vocab import GVR, CacheScope
+from reconcilers._base.reconcile import Key
 from tests.helpers import wait_for
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")

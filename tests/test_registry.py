@@ -11,7 +11,7 @@ import pytest
 
 from reconcilers._authoring import rbac
 from reconcilers._authoring.registry import AlreadyRegistered
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 from reconcilers._watch.enqueuer import Enqueuer
 from reconcilers._watch.handlers import PRIMARY
 from reconcilers._watch.streams import build_streams

@@ -10,7 +10,7 @@ from kubernetes import client
 
 from reconcilers._queue import ledger
 from reconcilers._run import runner
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Claim, Key
 from reconcilers.api import Reconciler, Registry, register
 from reconcilers.models import ReconcileRecord, WorkItem
 
@@ -154,9 +154,9 @@ def test_the_one_statement_finish_writes_the_record_save_would(redis_client):
     from django.forms.models import model_to_dict
 
     from reconcilers._run import history
-    from reconcilers._queue.decision import Decision
+    from reconcilers._base.reconcile import Decision
 
-    def run_once(name: str) -> tuple[ledger.Claim, Decision, history.RunFacts]:
+    def run_once(name: str) -> tuple[Claim, Decision, history.RunFacts]:
         (d,) = ledger.enqueue([Key("probes.test.operator.local", "ns", name)], "added")
         claim = ledger.claim(d.key, d.token, "w", 30)
         facts = history.RunFacts(
@@ -367,8 +367,8 @@ def test_a_runs_record_takes_values_as_its_columns_store_them():
     from datetime import datetime, timezone
 
     from reconcilers._run import history
-    from reconcilers._queue.decision import Decision
-    from reconcilers._queue.workqueue import Claim
+    from reconcilers._base.reconcile import Decision
+    from reconcilers._base.reconcile import Claim
 
     claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
                   triggers=["added"], audit_ids=[])
@@ -385,8 +385,8 @@ def test_a_generation_that_is_no_integer_is_recorded_as_none_not_a_failed_finish
     from datetime import datetime, timezone
 
     from reconcilers._run import history
-    from reconcilers._queue.decision import Decision
-    from reconcilers._queue.workqueue import Claim
+    from reconcilers._base.reconcile import Decision
+    from reconcilers._base.reconcile import Claim
 
     claim = Claim(id=1, key=Key("probes.test.operator.local", "ns", "x"), token=1, attempts=0,
                   triggers=["added"], audit_ids=[])

@@ -15,7 +15,7 @@ import pytest
 
 from reconcilers._queue import broker, workqueue
 from reconcilers._run import health
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from django.db import DatabaseError, connection
 
 from reconcilers._queue import workqueue
 from reconcilers.models import ReconcileRecord
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Dispatch, Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,7 +158,7 @@ def test_messages_a_worker_took_and_never_ran_are_sent_again(redis_client, setti
     waiting = [Key("widgets.nowhere.example.com", "ns", f"k{i}") for i in range(10)]
     workqueue.add(waiting, "manual")
     # Stale messages (a key's earlier token) at the head of the queue do not hide the loss.
-    broker.publish(workqueue.Dispatch(waiting[0], 99), "stale")
+    broker.publish(Dispatch(waiting[0], 99), "stale")
     assert tasks.reap() == 3
     assert tasks.reap() == 0
     assert redis_client.llen("celery") == 11 + 3

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from reconcilers.api import Owns, Reconciler
-from reconcilers._base.vocab import GVR, Key, object_path, parse_rfc3339, plural, rfc3339
+from reconcilers._base.vocab import GVR, object_path, parse_rfc3339, plural, rfc3339
+from reconcilers._base.reconcile import Key
 
 
 def test_a_key_prints_and_parses_back():

@@ -108,7 +108,7 @@ def test_streams_relist_after_redis_went_back_to_an_older_snapshot_and_enqueue_w
 
 
 def test_the_enqueuer_batches_what_waits(redis_client):
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     stop = threading.Event()
     enqueuer = Enqueuer(stop)
@@ -127,7 +127,7 @@ def _batches_for(window: float, prefix: str, count: int, every: float) -> int:
 
     from django.test import override_settings
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     stop = threading.Event()
     with override_settings(RECONCILERS_ENQUEUE_WINDOW=window):
@@ -200,7 +200,7 @@ def test_a_change_cached_but_not_enqueued_when_the_watcher_died_is_replayed(
 
 
 def test_a_stopped_enqueuer_finishes_what_is_queued_then_ends(redis_client):
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     enqueuer = Enqueuer(threading.Event())
     for i in range(50):
@@ -281,7 +281,7 @@ def test_a_childs_change_an_owns_predicate_filters_is_cached_and_reaches_the_oth
     handler, the change is cached alone."""
     from reconcilers._kube import kube as door
     from reconcilers._base.predicates import labels_changed
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     class LabelReaders(Reconciler):
         version, kind = "v1", "Secret"
@@ -338,7 +338,7 @@ def test_a_predicate_that_raises_neither_stops_the_stream_nor_loses_the_change(
     """A bug in a user's predicate is logged and the change let through: raising out of the
     stream would stop it at that object (and again at every relist)."""
     from reconcilers._kube import kube as door
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     def needs_labels(old, new):
         return old["metadata"]["labels"] != new["metadata"]["labels"]
@@ -372,7 +372,7 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
     up changes without end, and a stop releases it (the journal keeps what was not put)."""
     import time
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     stop = threading.Event()
     enqueuer = Enqueuer(stop, backlog=3)  # never started: nothing drains it

@@ -10,9 +10,8 @@ import pytest
 from django.db import transaction
 
 from reconcilers._queue import workqueue
-from reconcilers._queue.decision import Decision
+from reconcilers._base.reconcile import Decision, Dispatch, Key
 from reconcilers.models import WorkItem
-from reconcilers._base.vocab import Key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,7 +97,7 @@ def test_a_broker_outage_is_logged_and_left_to_the_reaper(monkeypatch, caplog):
 def test_without_a_sender_sending_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(workqueue, "_sender", None)
     with pytest.raises(RuntimeError, match="INSTALLED_APPS"):
-        workqueue.send([workqueue.Dispatch(KEY, 1)])
+        workqueue.send([Dispatch(KEY, 1)])
 
 
 def test_the_broker_sender_is_installed_by_the_app():
@@ -117,7 +116,7 @@ def test_many_messages_reach_the_broker_in_one_batch(redis_client):
 
     queue = broker.default_queue()
     redis_client.delete(queue)
-    dispatches = [workqueue.Dispatch(Key("widgets.nowhere.example.com", "ns", f"k{i}"), 1)
+    dispatches = [Dispatch(Key("widgets.nowhere.example.com", "ns", f"k{i}"), 1)
                   for i in range(120)]
     assert workqueue._batch is broker.batch
     assert workqueue.send(dispatches) == 120
@@ -139,7 +138,7 @@ def test_a_batch_the_broker_never_took_counts_as_unsent(monkeypatch, caplog, sen
     monkeypatch.setattr(workqueue, "_batch", flush_fails)
     workqueue.add([Key(KEY.reconciler, "ns", n) for n in "abc"], "added")
     assert "could not send 3 messages" in caplog.text
-    assert workqueue.send([workqueue.Dispatch(KEY, 1), workqueue.Dispatch(KEY, 2)]) == 0
+    assert workqueue.send([Dispatch(KEY, 1), Dispatch(KEY, 2)]) == 0
     assert WorkItem.objects.filter(state="queued").count() == 3  # the reaper re-sends them
 
 
@@ -149,11 +148,11 @@ def keys(*names: str, reconciler: str = KEY.reconciler) -> list[Key]:
 
 def test_keys_due_together_share_messages_up_to_the_limit_and_delays_go_alone():
     other = Key("widgets.example.com", "ns", "w")
-    ds = [workqueue.Dispatch(k, 1) for k in keys("a", "b", "c", "d", "e")]
-    delayed = workqueue.Dispatch(Key(KEY.reconciler, "ns", "late"), 4, countdown=0.5)
-    packed = workqueue.messages([ds[0], delayed, ds[1], workqueue.Dispatch(other, 2), *ds[2:]],
+    ds = [Dispatch(k, 1) for k in keys("a", "b", "c", "d", "e")]
+    delayed = Dispatch(Key(KEY.reconciler, "ns", "late"), 4, countdown=0.5)
+    packed = workqueue.messages([ds[0], delayed, ds[1], Dispatch(other, 2), *ds[2:]],
                                 per_message=2)
-    assert packed == [[ds[0], ds[1]], [delayed], [workqueue.Dispatch(other, 2)],
+    assert packed == [[ds[0], ds[1]], [delayed], [Dispatch(other, 2)],
                       [ds[2], ds[3]], [ds[4]]]
     assert workqueue.messages(ds, per_message=1) == [[d] for d in ds]
 

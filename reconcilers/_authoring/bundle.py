@@ -52,7 +52,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
-class Claim:
+class LevelClaim:
     """The capability level the CSV claims, what the runs evidence, and - when the claim goes
     beyond the evidence - why (the admin's reasons)."""
 
@@ -67,7 +67,7 @@ class Options:
     version: str
     channels: tuple[str, ...]
     default_channel: str
-    claim: Claim
+    claim: LevelClaim
     image: str | None = None
     display_name: str | None = None
     description: str | None = None

@@ -15,7 +15,7 @@ from reconcilers._base.vocab import GVR, CacheScope, Index, Owns, Watches, plura
 
 if TYPE_CHECKING:  # pragma: no cover
     from reconcilers._kube.context import Context
-    from reconcilers._base.results import Result
+    from reconcilers._base.reconcile import Result
 
 # A reconciler's own name begins every key (``<reconciler>:<namespace>/<object>``) and task
 # id (``<key>#<token>``), is in admin URLs, and is the name part of its default finalizer

@@ -1,13 +1,11 @@
-"""Shared words at the bottom: object keys, resources, plurals, the clock.
+"""Shared words at the bottom: object paths, resources, plurals, the clock.
 
 Every other module imports these; this module imports nothing of the app (and nothing of
 Django or Kubernetes), so it can never be part of an import cycle. Like client-go's
 ``cache.MetaNamespaceKeyFunc`` and ``schema.GroupVersionResource``, each idea is defined once:
 
-- ``Key`` - what queues carry: reconciler, namespace, name (never the object). Its text form
-  ``<reconciler>:<namespace>/<name>`` is the one key format of logs, task ids and the admin.
 - ``object_path(namespace, name)`` - ``<namespace>/<name>`` (``<name>`` when cluster-scoped),
-  the object part of a key and the field of the shared cache.
+  the object part of a key (``reconcile.Key``) and the field of the shared cache.
 - ``GVR`` / ``Owns`` / ``plural()`` - a resource, a child resource, and the one plural rule.
 - ``Watches`` / ``Index`` - a related resource mapped to keys, and a named index over a watched
   resource (declarations only: the watcher and ``ctx.list`` act on them).
@@ -18,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 
 def object_path(namespace: str | None, name: str) -> str:
@@ -30,28 +28,6 @@ def object_path(namespace: str | None, name: str) -> str:
 def split_object_path(path: str) -> tuple[str, str]:
     namespace, _, name = path.rpartition("/")
     return namespace, name
-
-
-class Key(NamedTuple):
-    """An object key: which reconciler, which object. What queues carry, never the object."""
-
-    reconciler: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.reconciler}:{object_path(self.namespace, self.name)}"
-
-    @classmethod
-    def parse(cls, text: str) -> "Key":
-        """The inverse of ``str(key)``; ``<reconciler>:<name>`` is accepted for cluster scope."""
-        reconciler, sep, obj = text.partition(":")
-        if not sep or not reconciler or not obj:
-            raise ValueError(f"malformed key {text!r}; expected <reconciler>:<namespace>/<name>")
-        namespace, name = split_object_path(obj)
-        if not name:
-            raise ValueError(f"malformed key {text!r}: no object name")
-        return cls(reconciler, namespace, name)
 
 
 def plural(kind: str) -> str:

@@ -41,8 +41,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from reconcilers._kube import cache, events, kube
 from reconcilers._base.capability_levels import ACTIONS
-from reconcilers._base.results import TemporaryError
-from reconcilers._base.vocab import GVR, CacheScope, Index, Key, object_path, rfc3339
+from reconcilers._base.reconcile import Key, TemporaryError
+from reconcilers._base.vocab import GVR, CacheScope, Index, object_path, rfc3339
 
 
 class NotOwnedError(TemporaryError):

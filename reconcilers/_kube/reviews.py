@@ -41,7 +41,7 @@ TIMEOUT = 10.0  # seconds each review may take (controller-runtime's TokenAccess
 
 
 @dataclass(frozen=True)
-class Decision:
+class AccessDecision:
     """What a scrape gets: ``status`` 200 (allowed), 401 (no token, or one the api-server
     does not authenticate), 403 (a user not allowed ``get`` on ``/metrics``) or 503 (no
     answer from the api-server); ``why`` is said to the caller and logged."""
@@ -72,13 +72,13 @@ class Reviewer:
         self._api = api
         self._clock = clock
         self._lock = threading.Lock()
-        self._kept: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[float, AccessDecision]] = OrderedDict()
 
-    def decide(self, authorization: str | None) -> Decision:
+    def decide(self, authorization: str | None) -> AccessDecision:
         scheme, _, token = (authorization or "").strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            return Decision(401, "no bearer token (an `Authorization: Bearer <token>` header)")
+            return AccessDecision(401, "no bearer token (an `Authorization: Bearer <token>` header)")
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = self._clock()
         with self._lock:
@@ -91,7 +91,7 @@ class Reviewer:
             log.error("metrics: cannot check a scrape's token with the api-server: %s "
                       "(the operator needs `create` on tokenreviews and "
                       "subjectaccessreviews: manage.py rbac)", exc)
-            return Decision(503, "the api-server did not review the token; see the "
+            return AccessDecision(503, "the api-server did not review the token; see the "
                                  "operator's log")
         with self._lock:
             self._kept[digest] = (now + (ALLOWED_FOR if decision.allowed else REFUSED_FOR),
@@ -101,7 +101,7 @@ class Reviewer:
                 self._kept.popitem(last=False)
         return decision
 
-    def _review(self, token: str) -> Decision:
+    def _review(self, token: str) -> AccessDecision:
         api = self._api or kube.api_client()
         review = kube.request(api, "POST", TOKEN_REVIEWS, {
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -109,7 +109,7 @@ class Reviewer:
         status = review.get("status") or {}
         if not status.get("authenticated"):
             why = status.get("error") or "not authenticated"
-            return Decision(401, f"the api-server did not authenticate the token: {why}")
+            return AccessDecision(401, f"the api-server did not authenticate the token: {why}")
         user = status.get("user") or {}
         name = user.get("username", "")
         access = kube.request(api, "POST", ACCESS_REVIEWS, {
@@ -122,5 +122,5 @@ class Reviewer:
         allowed = access.get("status") or {}
         if not allowed.get("allowed"):
             reason = allowed.get("reason") or allowed.get("evaluationError") or "no rule allows it"
-            return Decision(403, f"user {name!r} may not {VERB} {PATH}: {reason}", name)
-        return Decision(200, "allowed", name)
+            return AccessDecision(403, f"user {name!r} may not {VERB} {PATH}: {reason}", name)
+        return AccessDecision(200, "allowed", name)

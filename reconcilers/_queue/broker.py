@@ -30,6 +30,7 @@ from django.core.exceptions import ImproperlyConfigured
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import RunLimits
 from reconcilers._authoring.registry import registry
+from reconcilers._base.reconcile import Dispatch
 
 # Every message of the ledger carries the time the ledger dispatched it, by the database's
 # clock (``Dispatch.at``), so the reaper can tell which keys were sent before the oldest one
@@ -82,7 +83,7 @@ def queue_for(reconciler: str) -> str:
     return getattr(queue, "name", None) or default_queue()
 
 
-def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
+def publish(dispatch: Dispatch, task_id: str) -> None:
     """The work queue's sender: one message for one dispatch."""
     name = dispatch.key.reconciler
     kwargs = {"key": str(dispatch.key), "token": dispatch.token}
@@ -96,7 +97,7 @@ def publish(dispatch: workqueue.Dispatch, task_id: str) -> None:
           countdown=dispatch.countdown or None, sent_at=_sent_at([dispatch]))
 
 
-def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None:
+def publish_many(dispatches: Sequence[Dispatch], task_id: str) -> None:
     """The work queue's sender for several keys of one reconciler: one message, unless the
     reconciler has a rate limit (the buckets count messages, so each key keeps its own) or is
     not registered here."""
@@ -115,7 +116,7 @@ def publish_many(dispatches: Sequence[workqueue.Dispatch], task_id: str) -> None
           cls.queue, (backstop + hard, backstop), sent_at=_sent_at(dispatches))
 
 
-def _sent_at(dispatches: Sequence[workqueue.Dispatch]) -> float:
+def _sent_at(dispatches: Sequence[Dispatch]) -> float:
     """The oldest of the message's dispatches, by the database's clock; one the ledger did
     not make (no ``at``) by this host's."""
     stamps = [d.at for d in dispatches if d.at is not None]

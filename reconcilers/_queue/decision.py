@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import math
 import traceback as tb
-from dataclasses import dataclass
 
 from reconcilers._base.conf import Backoff
 from reconcilers._kube.kube import ApiError
-from reconcilers.models import Outcome, Trigger
-from reconcilers._base.results import PermanentError, Result, TemporaryError
+from reconcilers._base.reconcile import (Decision, Outcome, PermanentError, Result,
+                                         TemporaryError, Trigger)
 
 # Longest delay a run may ask for (7 days). Past it a value is a bug (``Result.after(inf)``),
 # and PostgreSQL could not store it as an interval anyway.
@@ -38,23 +37,6 @@ MAX_DELAY = 7 * 24 * 3600.0
 
 # The error class of a run whose worker vanished: no exception of its own says so.
 LOST = "WorkerLost"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """How a run ended and what follows it."""
-
-    outcome: str
-    attempts: int = 0  # consecutive failures after this run; 0 = forgotten (client-go Forget)
-    delay: float | None = None  # seconds until the next run; None = no follow-up of its own
-    trigger: str = ""  # why the follow-up runs: retry | requeue
-    error_class: str = ""
-    error_message: str = ""
-    traceback: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in (Outcome.SUCCESS, Outcome.REQUEUE_AFTER)
 
 
 def clamp_delay(delay: float | None, fallback: float) -> float:

@@ -22,19 +22,18 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from django.db import DatabaseError, connection, transaction
 from django.db.backends.postgresql.base import ServerBindingCursor
 
 from reconcilers._base.conf import Backoff, settings
-from reconcilers._queue.decision import Decision, worker_lost
-from reconcilers.models import ReconcileRecord, State, Trigger, WorkItem
-from reconcilers._base.vocab import Key
+from reconcilers._queue.decision import worker_lost
+from reconcilers._base.reconcile import (Claim, Decision, Dispatch, Key, LeaseLost, State,
+                                         Trigger)
+from reconcilers.models import ReconcileRecord, WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -51,61 +50,12 @@ RECORD_COLUMNS = tuple(f.column for f in ReconcileRecord._meta.concrete_fields
 LOCK_ORDER = 'reconciler COLLATE "C", namespace COLLATE "C", name COLLATE "C"'
 
 
-class Dispatch(NamedTuple):
-    key: Key
-    token: int
-    countdown: float | None = None
-    # When the ledger dispatched it, by the database's clock (epoch seconds): the message's
-    # send time, which the reaper compares with ``dispatched_at`` - one clock on both sides.
-    at: float | None = None
-
-
 class Row(NamedTuple):
     """A run's history record, inserted by the statement that ends the run: every column of
     ``ReconcileRecord`` (``RECORD_COLUMNS``) in one JSON object, which PostgreSQL reads as the
     table's row type - one value bound, not one per column."""
 
     document: str
-
-
-class LeaseLost(Exception):
-    """This run's hold on its key has run out: it must not act on the cluster any more.
-
-    ``next_claim``: the run the statement that found this also claimed, if it claimed one."""
-
-    def __init__(self, message: str, next_claim: Claim | None = None) -> None:
-        super().__init__(message)
-        self.next_claim = next_claim
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A run's hold on its key: valid while ``token`` is current and the lease holds."""
-
-    id: int
-    key: Key
-    token: int
-    attempts: int
-    triggers: list[str]
-    audit_ids: list[int]
-    waited: float = 0.0  # seconds from ready (enqueued, or due after a backoff) to claimed
-    # Local monotonic time (it keeps counting while the process is stopped) a second before
-    # the lease ends in the database: past it the reaper may already have given the key to
-    # another run, so this one must stop writing.
-    held_until: float = math.inf
-    # Set when the run is abandoned past its hard limit (``runner``): its record is written
-    # and its key released for a retry, so whatever the stuck thread does next must not write.
-    released: threading.Event = field(default_factory=threading.Event, compare=False,
-                                      repr=False)
-
-    def check_held(self) -> None:
-        """Raise ``LeaseLost`` once the lease may have passed (a fence before every write)."""
-        if self.released.is_set():
-            raise LeaseLost(f"{self.key}: the run was abandoned past its deadline and its key "
-                            "released, so it stops here")
-        if time.monotonic() >= self.held_until:
-            raise LeaseLost(f"{self.key}: the run outlived its lease; its key may be running "
-                            "elsewhere, so it stops here")
 
 
 class _PreparedCursor(ServerBindingCursor):

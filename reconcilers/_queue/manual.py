@@ -12,8 +12,8 @@ from typing import Sequence
 from django.db import transaction
 
 from reconcilers._queue import workqueue
-from reconcilers.models import AuditLog, Trigger
-from reconcilers._base.vocab import Key
+from reconcilers.models import AuditLog
+from reconcilers._base.reconcile import Key, Trigger
 
 MAX_LISTED_KEYS = 1000
 

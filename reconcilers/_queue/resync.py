@@ -12,9 +12,10 @@ import time
 from reconcilers._kube import cache
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import settings
-from reconcilers.models import RegisteredReconciler, Trigger, WorkItem
+from reconcilers.models import RegisteredReconciler, WorkItem
+from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._authoring.registry import registry
-from reconcilers._base.vocab import Key, split_object_path
+from reconcilers._base.vocab import split_object_path
 
 
 def known_keys(reconciler: str, namespace: str | None = None) -> list[Key]:

@@ -37,13 +37,12 @@ from django.db import connection as db_connection, transaction
 from reconcilers._queue import ledger
 from reconcilers._base import metrics
 from reconcilers._base.conf import settings
-from reconcilers._queue.decision import Decision
-from reconcilers._queue.ledger import (Backlog, Claim, ClaimRequest, Dispatch, Finished,
-                                       LeaseLost, LostRecord, LostRun, Reaped, Row)
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key
+from reconcilers._queue.ledger import (Backlog, ClaimRequest, Finished, LostRecord, LostRun,
+                                       Reaped, Row)
 
-__all__ = ["Backlog", "Claim", "ClaimRequest", "Dispatch", "Finished", "LeaseLost",
-           "LostRecord", "LostRun", "Reaped", "Row", "add", "claim", "done", "connect",
+__all__ = ["Backlog", "ClaimRequest", "Finished", "LostRecord", "LostRun", "Reaped", "Row",
+           "add", "claim", "done", "connect",
            "messages", "pause", "reap", "send", "set_sender", "shared_task_id", "task_id",
            "forget_gone"]
 

@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 from django.db import connection, transaction
 
 from reconcilers._base.capability_levels import ACTIONS, as_rows
-from reconcilers.models import CapabilityEvidence, Outcome, ReconcileRecord
+from reconcilers.models import CapabilityEvidence, ReconcileRecord
+from reconcilers._base.reconcile import Outcome
 
 
 # Not reported by the reconciler but seen by the runner: a run triggered by a changed or

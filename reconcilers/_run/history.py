@@ -12,10 +12,9 @@ from django.utils import timezone
 
 from reconcilers._run.evidence import record_evidence
 from reconcilers._base.conf import settings
-from reconcilers._queue.decision import Decision
-from reconcilers._queue.workqueue import Claim, LostRun, Row
+from reconcilers._base.reconcile import Claim, Decision, Key
+from reconcilers._queue.workqueue import LostRun, Row
 from reconcilers.models import ReconcileRecord, RunInputs
-from reconcilers._base.vocab import Key
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any
 
 from reconcilers._base.conf import settings
 from reconcilers._run.redaction import Redaction
-from reconcilers.models import Outcome, RunInputs
+from reconcilers.models import RunInputs
+from reconcilers._base.reconcile import Outcome
 
 log = logging.getLogger(__name__)
 

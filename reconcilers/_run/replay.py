@@ -31,7 +31,7 @@ from reconcilers._base.conf import settings
 from reconcilers._kube.context import Lister
 from reconcilers.models import ReconcileRecord, RunInputs
 from reconcilers._authoring.registry import Registry, registry as default_registry
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 log = logging.getLogger(__name__)
 

@@ -41,14 +41,14 @@ from reconcilers._base import logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
 from reconcilers._kube.context import Context, Lister, fence_until
-from reconcilers._queue.decision import Decision, decide
-from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
+from reconcilers._queue.decision import decide
+from reconcilers._base.reconcile import (Claim, Decision, Dispatch, Key, LeaseLost, Outcome,
+                                         PermanentError, Result, Trigger)
+from reconcilers._queue.workqueue import ClaimRequest
 from reconcilers._run.evidence import HEALED, new_evidence
-from reconcilers.models import Outcome, Trigger
 from reconcilers._authoring.registry import NotRegistered, Registry, registry as default_registry
-from reconcilers._base.results import PermanentError, Result
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._base.vocab import Key, utcnow
+from reconcilers._base.vocab import utcnow
 
 log = logging.getLogger(__name__)
 

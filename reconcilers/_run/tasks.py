@@ -28,7 +28,7 @@ from reconcilers._run import health, history, runner, pool, timers
 from reconcilers._base import metrics
 from reconcilers._base.conf import RunLimits
 from reconcilers._authoring.registry import NotRegistered, registry
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Dispatch, Key
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _make_task(reconciler: str) -> Task:
             return ",".join("dropped" if r.dropped else r.outcome for r in reports)
         if shared_rate and (wait := ratelimit.take(reconciler, shared_rate)):
             # Not this message's turn across the workers: the key comes back when it is.
-            workqueue.send([workqueue.Dispatch(Key.parse(key), int(token), countdown=wait)])
+            workqueue.send([Dispatch(Key.parse(key), int(token), countdown=wait)])
             return "rate-limited"
         return _run_alone(key, token, worker, self.request.id or "")
 

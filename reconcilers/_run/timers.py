@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 from django.db import connection, transaction
 
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 
 log = logging.getLogger(__name__)
 

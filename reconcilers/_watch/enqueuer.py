@@ -19,7 +19,7 @@ from collections import defaultdict
 from django.db import close_old_connections, connection
 
 from reconcilers._base.conf import settings
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 from reconcilers._kube import journal
 from reconcilers._queue import workqueue
 

@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence
 
 from reconcilers._kube import kube
 from reconcilers._kube.context import Lister
-from reconcilers.models import Trigger
+from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base import predicates
-from reconcilers._base.vocab import Key, Owns, Watches
+from reconcilers._base.vocab import Owns, Watches
 
 log = logging.getLogger(__name__)
 

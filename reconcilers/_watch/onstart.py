@@ -54,9 +54,10 @@ from django.core.exceptions import ImproperlyConfigured
 from reconcilers._kube import cache
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import settings
-from reconcilers.models import RegisteredReconciler, Trigger
+from reconcilers.models import RegisteredReconciler
+from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._base.vocab import GVR, Key, split_object_path
+from reconcilers._base.vocab import GVR, split_object_path
 
 log = logging.getLogger(__name__)
 

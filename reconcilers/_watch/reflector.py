@@ -42,7 +42,7 @@ from typing import Callable, Mapping
 from reconcilers._kube import cache, fence, journal, kube
 from reconcilers._base import metrics
 from reconcilers._base.conf import settings
-from reconcilers.models import Trigger
+from reconcilers._base.reconcile import Trigger
 from reconcilers._base.vocab import GVR, CacheScope, Index, object_path, split_object_path
 
 log = logging.getLogger(__name__)

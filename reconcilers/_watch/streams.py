@@ -32,7 +32,8 @@ from reconcilers._kube.fence import Term
 from reconcilers._watch.enqueuer import Enqueuer
 from reconcilers._watch.handlers import OWNED, PRIMARY, WATCHED, Handler, Router
 from reconcilers._watch.reflector import Reflector
-from reconcilers.models import Trigger, WatchStream
+from reconcilers.models import WatchStream
+from reconcilers._base.reconcile import Trigger
 
 log = logging.getLogger(__name__)
 

@@ -90,7 +90,7 @@ class AdmissionRequest:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Answer:
     """One answered call, for the response and for the record of it."""
 
     response: dict
@@ -215,7 +215,7 @@ def admitted_versions(cls) -> list[str]:
     return [v.name for v in meta.versions if v.served]
 
 
-def review(body: Any, hook: str, api: kube.ApiClient | None = None) -> Outcome:
+def review(body: Any, hook: str, api: kube.ApiClient | None = None) -> Answer:
     """Answer one AdmissionReview with ``hook`` (``validate`` or ``mutate``)."""
     started = time.perf_counter()
     req = _request(body)
@@ -248,7 +248,7 @@ def review(body: Any, hook: str, api: kube.ApiClient | None = None) -> Outcome:
         response.update(allowed=False, status={"code": 500, "message": message})
     if request.warnings:
         response["warnings"] = [w[:500] for w in request.warnings]
-    return Outcome(
+    return Answer(
         response={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                   "response": response},
         resource=cls._meta.crd_name, namespace=namespace, name=name,

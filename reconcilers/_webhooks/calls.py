@@ -28,9 +28,9 @@ class _Recorder(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name="webhook-recorder")
-        self.queue: queue.Queue[admission.Outcome] = queue.Queue(maxsize=10_000)
+        self.queue: queue.Queue[admission.Answer] = queue.Queue(maxsize=10_000)
 
-    def put(self, outcome: admission.Outcome) -> None:
+    def put(self, outcome: admission.Answer) -> None:
         try:
             self.queue.put_nowait(outcome)
         except queue.Full:
@@ -60,7 +60,7 @@ _recorder: _Recorder | None = None  # this process's one writer, started by its 
 _recorder_lock = threading.Lock()
 
 
-def record(outcome: admission.Outcome) -> None:
+def record(outcome: admission.Answer) -> None:
     """Queue ``outcome``'s row for the writer; never blocks on the database."""
     global _recorder
     with _recorder_lock:

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from reconcilers._base.conf import process_setting
-from ..models import Outcome, Trigger
+from reconcilers._base.reconcile import Outcome, Trigger
 
 OUTCOME_COLOURS = {
     Outcome.SUCCESS: "#2e7d32", Outcome.REQUEUE: "#6d4c41", Outcome.REQUEUE_AFTER: "#00838f",

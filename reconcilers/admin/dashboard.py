@@ -14,7 +14,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from reconcilers._base.conf import settings
-from ..models import Outcome, ReconcileRecord, WorkItem
+from ..models import ReconcileRecord, WorkItem
+from reconcilers._base.reconcile import Outcome
 from .common import OUTCOME_COLOURS
 
 MINUTES = 60

@@ -9,7 +9,7 @@ from django.utils.html import format_html, format_html_join
 
 from reconcilers._run import replay
 from ..models import AuditLog, ReconcileRecord
-from reconcilers._base.vocab import Key
+from reconcilers._base.reconcile import Key
 from .common import (EstimatedCountPaginator, NamespaceFilter, ReadOnlyAdmin, ReconcilerFilter,
                      TriggerFilter, logs_link, outcome_badge, timeline_link)
 

@@ -14,8 +14,8 @@ from reconcilers._kube import cache
 from reconcilers._run import evidence
 from reconcilers._queue import manual, resync
 from reconcilers._authoring import validation
-from reconcilers._base.vocab import Key
-from ..models import Outcome, RegisteredReconciler, State, WorkItem
+from reconcilers._base.reconcile import Key, Outcome, State
+from ..models import RegisteredReconciler, WorkItem
 from reconcilers._authoring.registry import NotRegistered, registry
 from .common import client_ip, metrics_link
 from .workitems import RESYNC_PERM, require

@@ -13,8 +13,8 @@ from django.utils.html import format_html
 
 from reconcilers._kube import cache
 from reconcilers._queue import manual
-from reconcilers._base.vocab import Key
-from ..models import AuditLog, ReconcileRecord, State, WorkItem
+from reconcilers._base.reconcile import Key, State
+from ..models import AuditLog, ReconcileRecord, WorkItem
 from reconcilers._authoring.registry import NotRegistered, registry
 from .common import (ReadOnlyAdmin, ReconcilerFilter, client_ip, outcome_badge,
                      timeline_link)

@@ -57,7 +57,7 @@ def test_a_worker_runs_keys_sent_after_its_connections_were_cut(
     are reset or black-holed for a few seconds: once they pass, a key sent afterwards runs."""
     from django.conf import settings
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import workqueue
 
     port = free_port()
@@ -119,7 +119,7 @@ def test_a_worker_holding_an_unacked_message_outlives_its_broker_going_away(
     from django.conf import settings
     from kubernetes import client
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import workqueue
 
     redis_port = urllib.parse.urlsplit(settings.REDIS_URL).port
@@ -158,7 +158,7 @@ def test_a_worker_whose_acknowledgements_failed_consumes_again(operator, toxipro
     from django.conf import settings
     from kubernetes import client
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import workqueue
 
     redis_port = urllib.parse.urlsplit(settings.REDIS_URL).port
@@ -246,7 +246,7 @@ def test_a_worker_whose_every_slot_waits_on_a_frozen_database_fails_its_liveness
     that its orchestrator restarts it - not be taken for busy for ever."""
     from django.db import connection
 
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import broker, workqueue
 
     db = urllib.parse.urlsplit(worker_db_url)

@@ -259,7 +259,7 @@ def test_probes_turn_unready_while_postgres_or_redis_is_down_and_back_after(oper
 
 def test_web_serves_the_metrics_of_what_it_did(client, redis_client):
     from reconcilers._queue import workqueue
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     workqueue.add([Key(PROBE, "ns", "from-the-admin")], "manual")
     response = client.get("/metrics")
@@ -346,7 +346,7 @@ def test_a_worker_whose_consumer_stopped_answers_its_liveness_probe_with_503(ope
     the process lives and serves its probes, but a message in its queue waits. Once it has
     waited ``RECONCILERS_WORKER_STALLED_AFTER`` with the worker idle, ``/healthz`` answers 503
     (an orchestrator restarts the worker); consuming again, it is live again and runs the key."""
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import broker, workqueue
 
     port = free_port()
@@ -383,7 +383,7 @@ def test_a_worker_that_stays_stalled_ends_itself_and_its_successor_runs_the_key(
     whose consumer stays stopped ``RECONCILERS_WORKER_STALLED_AFTER`` after its probe first
     said so ends itself, naming why in its log; the key that waited runs on the worker
     started in its place."""
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
     from reconcilers._queue import broker, workqueue
 
     operator.env["RECONCILERS_WORKER_STALLED_AFTER"] = "2"

@@ -81,7 +81,7 @@ def test_a_redis_that_lost_the_scopes_forgets_nothing(redis_client):
     only one of them starts again: the other's keys are not forgotten, since no deployment
     dropped them - only an announced change of a deployment's own scope forgets."""
     from reconcilers._queue import workqueue
-    from reconcilers._base.vocab import Key
+    from reconcilers._base.reconcile import Key
 
     scopes.announce("deployment-a", {"widgets.example.com": ["ns-a"]})
     scopes.announce("deployment-b", {"widgets.example.com": ["ns-b"]})

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconcilers.models import (ReconcileRecord, RegisteredReconciler, State, WatchStream,
-                                WorkItem)
+from reconcilers.models import ReconcileRecord, RegisteredReconciler, WatchStream, WorkItem
+from reconcilers._base.reconcile import State
 from tests.e2e.test_engine import PROBE, create, get
 from tests.helpers import free_port, wait_for
 

@@ -69,7 +69,7 @@ class Command(BaseCommand):
                 package=options["package"], channels=channels,
                 version=options["bundle_version"] or deploydir.default_version(deploy),
                 default_channel=options["default_channel"] or channels[0],
-                claim=bundle.Claim(level, evidenced, tuple(reasons)), image=options["image"],
+                claim=bundle.LevelClaim(level, evidenced, tuple(reasons)), image=options["image"],
                 display_name=options["display_name"], description=options["description"],
                 provider=options["provider"]), settings().namespace_list)
             written = bundle.write(made, output)

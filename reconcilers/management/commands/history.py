@@ -7,7 +7,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from reconcilers._run import history
-from reconcilers._base.vocab import Key, split_object_path
+from reconcilers._base.vocab import split_object_path
+from reconcilers._base.reconcile import Key
 
 
 class Command(BaseCommand):
