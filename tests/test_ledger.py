@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from reconcilers._queue import ledger
+from reconcilers._queue import cursor, ledger, reaper, upkeep
 from reconcilers._base.conf import Backoff
 from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key, LeaseLost
 from reconcilers.models import WorkItem
@@ -25,8 +25,8 @@ LEASE = 30.0
 QUICK = Backoff(0.05, 0.4)  # lost runs' backoff in these tests
 
 
-def reap(backlog: ledger.Backlog | None = None) -> ledger.Reaped:
-    return ledger.reap(redispatch_after=60, backoff=QUICK, backlog=backlog)
+def reap(backlog: reaper.Backlog | None = None) -> reaper.Reaped:
+    return reaper.reap(redispatch_after=60, backoff=QUICK, backlog=backlog)
 
 
 def key(name: str, ns: str = "ns") -> Key:
@@ -217,7 +217,7 @@ def test_the_reaper_leaves_a_run_whose_lease_holds():
 def test_a_paused_key_whose_worker_died_is_not_left_running():
     (d,) = ledger.enqueue([key("a")], "added")
     assert ledger.claim(key("a"), d.token, "doomed", lease_seconds=0.05) is not None
-    ledger.set_paused([key("a")], True)
+    upkeep.set_paused([key("a")], True)
     time.sleep(0.1)
     assert [k for k, _, _ in reap().lost_runs] == [key("a")]
     assert item(key("a")).state == "backoff"
@@ -308,11 +308,11 @@ def test_a_waiting_backlog_is_not_sent_again_while_the_broker_holds_its_messages
     WorkItem.objects.update(dispatched_at=WorkItem.objects.first().dispatched_at.replace(
         year=2000))  # waiting for ages, behind a long backlog
     sent = 0.0  # the oldest message in the queue is older still (1970, the database's clock)
-    assert reap(ledger.Backlog({key("a").reconciler: sent})).dispatches == []
-    assert reap(ledger.Backlog({}, other=sent)).dispatches == []
+    assert reap(reaper.Backlog({key("a").reconciler: sent})).dispatches == []
+    assert reap(reaper.Backlog({}, other=sent)).dispatches == []
     # Their queue moved on (Redis restarted empty, say): send all again...
-    assert len(reap(ledger.Backlog({key("a").reconciler: None}, other=sent)).dispatches) == 50
-    assert reap(ledger.Backlog({})).dispatches == []  # ...once per interval, not per pass
+    assert len(reap(reaper.Backlog({key("a").reconciler: None}, other=sent)).dispatches) == 50
+    assert reap(reaper.Backlog({})).dispatches == []  # ...once per interval, not per pass
 
 
 def test_a_queued_key_whose_message_vanished_is_sent_again():
@@ -325,10 +325,10 @@ def test_a_queued_key_whose_message_vanished_is_sent_again():
 
 def test_paused_keys_are_not_claimed_and_resume_sends_what_waited():
     (d,) = ledger.enqueue([key("a")], "added")
-    ledger.set_paused([key("a")], True)
+    upkeep.set_paused([key("a")], True)
     assert ledger.claim(key("a"), d.token, "w", LEASE) is None
     assert ledger.enqueue([key("a")], "modified") == []
-    (resumed,) = ledger.set_paused([key("a")], False)
+    (resumed,) = upkeep.set_paused([key("a")], False)
     claim = ledger.claim(key("a"), resumed.token, "w", LEASE)
     assert claim.triggers == ["added", "modified"]
 
@@ -404,9 +404,9 @@ def test_rows_of_objects_long_gone_are_forgotten_but_live_ones_stay():
     (live,) = ledger.enqueue([key("live")], "added")
     process(key("gone"), gone.token, "gone")
     process(key("live"), live.token, "success")
-    assert ledger.forget_gone(older_than=60) == 0  # not yet: it might come back
+    assert upkeep.forget_gone(older_than=60) == 0  # not yet: it might come back
     WorkItem.objects.update(last_finished_at="2000-01-01T00:00:00Z")
-    assert ledger.forget_gone(older_than=60) == 1
+    assert upkeep.forget_gone(older_than=60) == 1
     assert list(WorkItem.objects.values_list("name", flat=True)) == ["live"]
     (again,) = ledger.enqueue([key("gone")], "added")  # recreated: a fresh row
     assert process(key("gone"), again.token) is None
@@ -423,17 +423,17 @@ def test_forgetting_a_scope_drops_its_reconcilers_waiting_keys_there_and_nothing
     (running,) = ledger.enqueue([key("r", "gone")], "added")
     assert ledger.claim(running.key, running.token, "w", LEASE) is not None
 
-    assert ledger.forget_in(R, ["gone"]) == 2
+    assert upkeep.forget_in(R, ["gone"]) == 2
     assert sorted(WorkItem.objects.values_list("namespace", "name")) == [
         ("elsewhere", "d"), ("gone", "r"), ("gone", "x"), ("kept", "c")]
-    assert ledger.forget_outside(R, ["kept"]) == 1  # "elsewhere"; "r" still runs
+    assert upkeep.forget_outside(R, ["kept"]) == 1  # "elsewhere"; "r" still runs
     assert sorted(WorkItem.objects.values_list("namespace", "name")) == [
         ("gone", "r"), ("gone", "x"), ("kept", "c")]
 
 def _prepared() -> list[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [s for (s,) in cursor.fetchall() if ledger.TABLE in s]
+    with connection.cursor() as db:
+        db.execute("SELECT statement FROM pg_prepared_statements")
+        return [s for (s,) in db.fetchall() if cursor.TABLE in s]
 
 
 @pytest.mark.parametrize("prepared", [True, False])
@@ -501,7 +501,7 @@ def test_enqueue_and_pause_over_the_same_rows_never_deadlock():
 
     def pause() -> None:
         for i in range(30):
-            ledger.set_paused(keys, i % 2 == 0)
+            upkeep.set_paused(keys, i % 2 == 0)
 
     assert _race(enqueue, pause) == []
 

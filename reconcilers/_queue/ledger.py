@@ -11,43 +11,32 @@ clock, so it is atomic across every worker process and host:
                the current token; with the run's history row, and with the claim of the key
                its thread runs next, in the same statement. The only way a run ends: by its
                worker, or by the reaper once its lease expired (``lost``).
-- ``reap``     recover what a crash or a lost message left behind (beat).
+
+Beside them: ``reaper`` recovers what a crash or a lost message left behind (beat), ending lost
+runs through ``finish``; ``upkeep`` pauses, forgets and counts rows; ``cursor`` is how all
+three reach PostgreSQL.
 
 A "dispatch" is (key, token, countdown): a message to send once the transaction commits.
-Sending a message twice is harmless - only one can claim. Only ``workqueue`` uses this module:
-it pairs each transition with the sending of its messages.
+Sending a message twice is harmless - only one can claim. Only ``workqueue`` uses the ledger's
+modules: it pairs each transition with the sending of its messages.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
-from django.db import DatabaseError, connection, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
-
-from reconcilers._base.conf import Backoff, settings
-from reconcilers._queue.decision import worker_lost
 from reconcilers._base.reconcile import (Claim, Decision, Dispatch, Key, LeaseLost, State,
                                          Trigger)
-from reconcilers.models import ReconcileRecord, WorkItem
+from reconcilers._queue.cursor import LOCK_ORDER, TABLE, fetch_all, open_cursor
+from reconcilers.models import ReconcileRecord
 
 log = logging.getLogger(__name__)
 
-TABLE = WorkItem._meta.db_table
 RECORD_TABLE = ReconcileRecord._meta.db_table
 RECORD_COLUMNS = tuple(f.column for f in ReconcileRecord._meta.concrete_fields
                        if not f.primary_key)
-
-# Every statement that locks several rows locks them in this order, the key's: two statements
-# that took the same rows in two orders (enqueue by key, the reaper by id) could each hold a
-# row the other waits for, and PostgreSQL ends one of them with a deadlock error. Byte order
-# ("C"), whatever the database's collation: Python's sorted() of keys agrees with it, for
-# callers that lock in several statements of one transaction (``manual``).
-LOCK_ORDER = 'reconciler COLLATE "C", namespace COLLATE "C", name COLLATE "C"'
 
 
 class Row(NamedTuple):
@@ -56,36 +45,6 @@ class Row(NamedTuple):
     table's row type - one value bound, not one per column."""
 
     document: str
-
-
-class _PreparedCursor(ServerBindingCursor):
-    """Server-side binding, each statement prepared on first use: the ledger's few statements
-    run for every key, and planning them (CTEs, CASEs) costs PostgreSQL more than running
-    them, while client-side binding escapes every value in Python."""
-
-    def execute(self, query, params=None, *, prepare=None, binary=None):
-        return super().execute(query, params, prepare=True, binary=binary)
-
-
-_ONLY_WHEN_ASKED = 2**31 - 1  # a prepare threshold no other statement reaches
-
-
-def _cursor():
-    """A cursor for the ledger's statements (``RECONCILERS_PREPARED_STATEMENTS``), wrapped as
-    Django wraps its own, so query capture, execute wrappers and error translation apply."""
-    if not settings().prepared_statements:
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:  # Django's default turns preparing off altogether;
-        raw.prepare_threshold = _ONLY_WHEN_ASKED  # now only the ledger's are prepared
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(_PreparedCursor(raw))
-
-
-def _fetch(cursor) -> list[tuple]:
-    return cursor.fetchall() if cursor.description else []
 
 
 _ENQUEUE_SQL = f"""
@@ -138,7 +97,7 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
     keys = list(dict.fromkeys(keys))
     dispatches: list[Dispatch] = []
     audit = [audit_id] if audit_id is not None else []
-    with _cursor() as cursor:
+    with open_cursor() as cursor:
         for start in range(0, len(keys), batch):
             chunk = keys[start:start + batch]
             cursor.execute(_ENQUEUE_SQL, {
@@ -150,7 +109,7 @@ def enqueue(keys: Iterable[Key], trigger: str, audit_id: int | None = None,
             })
             dispatches.extend(
                 Dispatch(Key(r, ns, n), token, at=float(at))
-                for r, ns, n, token, send, at in _fetch(cursor) if send
+                for r, ns, n, token, send, at in fetch_all(cursor) if send
             )
     return dispatches
 
@@ -220,7 +179,7 @@ def claim(key: Key, token: int, worker: str, lease_seconds: float) -> Claim | No
     """
     request = ClaimRequest(key, token, worker, lease_seconds)
     started = time.monotonic()
-    with _cursor() as cursor:
+    with open_cursor() as cursor:
         cursor.execute(_CLAIM_SQL, request.params())
         row = cursor.fetchone()
     return request.claim(row, started)
@@ -347,7 +306,7 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: fl
     if then is not None:
         params.update(then.params())
     started = time.monotonic()
-    with _cursor() as cursor:
+    with open_cursor() as cursor:
         cursor.execute(_FINISH_SQL[then is not None], params)
         row = cursor.fetchone()
     next_claim = None
@@ -366,253 +325,3 @@ def finish(claim_: Claim, decision: Decision, max_countdown: float, debounce: fl
         return Finished(Dispatch(claim_.key, token, countdown=decision.delay, at=float(at)),
                         record_id, next_claim)
     return Finished(None, record_id, next_claim)
-
-
-class LostRun(NamedTuple):
-    """A run the reaper ended because its worker vanished: its key, the triggers it and the
-    events after it had taken up (what its record names), and its key's consecutive
-    failures, this one counted."""
-
-    key: Key
-    triggers: list[str]
-    attempts: int
-
-
-@dataclass(frozen=True)
-class Reaped:
-    """What the reaper found: runs whose worker vanished, and messages to (re)send."""
-
-    lost_runs: list[LostRun]  # each ended with its record, by ``finish``
-    dispatches: list[Dispatch]
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """When the oldest message still waiting in the broker was sent, for each reconciler's
-    queue (``other``: every reconciler not named): its ``Dispatch.at``, the database's clock
-    in epoch seconds. ``None``: an empty queue, or a message the ledger did not stamp (it
-    counts as just sent)."""
-
-    sent: Mapping[str, float | None]
-    other: float | None = None
-
-
-# A lost run's history row, from the run and the decision that ends it (``history``'s).
-LostRecord = Callable[[LostRun, Decision], Row]
-
-
-def reap(redispatch_after: float, backoff: Backoff, backlog: Backlog | None = None,
-         record: LostRecord | None = None) -> Reaped:
-    """Recover work a crash or a lost message left behind. Idempotent; safe to run anywhere.
-
-    1. running, lease expired: the run's worker died (or was ended at its hard deadline) ->
-       ended by ``finish`` as any run ends, ``lost`` (``decision.worker_lost``): backoff, due after
-       the key's next backoff, with ``record(run, decision)`` as its history row in the same
-       statement - never one without the other. A run whose end fails (the database refused
-       its record) is logged and left running, for the next pass to end.
-    2. queued, its message sent before the oldest message still waiting in its queue, by more
-       than ``redispatch_after``: the queue is first in, first out, so that message has left
-       it - to a worker that died, a Redis restart, or a publish that failed - and no run
-       claimed it -> send again, once per ``redispatch_after``. A backlog that is merely
-       waiting is never multiplied, and nothing else the broker holds (stale messages, beat's
-       own, runs in progress) can hide a loss. ``None``: the broker cannot tell; anything
-       older than ``redispatch_after`` is sent again. Both times are the database's
-       (``dispatched_at``, and the message's ``Dispatch.at``): the hosts that send messages
-       and the one that reaps may disagree on the time, by any amount.
-    3. backoff, due, with no countdown in flight (long delay) or one long overdue -> queued.
-
-    Each lost run is ended by a statement of its own, which locks its row alone; passes 2 and
-    3 lock their rows in key order, as every statement that locks several rows (see
-    ``LOCK_ORDER``), and each commits on its own: held together, the passes' locks would not
-    be in one order any more, and an enqueue could deadlock with them. Each pass is complete
-    alone; what it returns is sent once all three ran.
-    """
-    backlog = backlog or Backlog({})
-    lost_runs = [found.run for found in _expired() if _end_lost(found, backoff, record)]
-    with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} SET dispatched_at = now()
-            WHERE id IN (SELECT id FROM {TABLE}
-                         WHERE state = 'queued' AND NOT paused
-                           AND (dispatched_at IS NULL
-                                OR dispatched_at < least(now(), CASE
-                                    WHEN %(sent)s::jsonb ? reconciler
-                                    THEN to_timestamp((%(sent)s::jsonb ->> reconciler)::float8)
-                                    ELSE to_timestamp(%(other)s::float8) END)
-                                    - make_interval(secs => %(after)s))
-                         ORDER BY {LOCK_ORDER} FOR UPDATE)
-            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
-            """,
-            {"after": redispatch_after, "sent": json.dumps(dict(backlog.sent)),
-             "other": backlog.other},
-        )
-        resend = _fetch(cursor)
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} SET state = 'queued', token = token + 1, due_at = NULL,
-                enqueued_at = now(), dispatched_at = now()
-            WHERE id IN (SELECT id FROM {TABLE}
-                         WHERE state = 'backoff' AND NOT paused AND due_at <= now()
-                           AND (dispatched_at IS NULL
-                                OR due_at < now() - make_interval(secs => %(after)s))
-                         ORDER BY {LOCK_ORDER} FOR UPDATE)
-            RETURNING reconciler, namespace, name, token, extract(epoch FROM now())
-            """,
-            {"after": redispatch_after},
-        )
-        due = _fetch(cursor)
-    dispatches = [Dispatch(Key(r, ns, n), token, at=float(at))
-                  for r, ns, n, token, at in resend + due]
-    return Reaped(lost_runs, dispatches)
-
-
-class _Expired(NamedTuple):
-    """A running row whose lease expired: the claim its vanished worker held, that worker,
-    and the lost run as the reaper reports and records it."""
-
-    claim: Claim
-    worker: str
-    run: LostRun
-
-
-def _expired() -> list[_Expired]:
-    """The runs whose lease has expired, in key order. Read without a lock: ``finish`` ends
-    each by its token, so one that ended meanwhile (its worker finished after all, or another
-    reaper ended it) is left as it is."""
-    with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT id, reconciler, namespace, name, token, attempts, running_triggers,
-                   pending_triggers, running_audit, worker
-            FROM {TABLE} WHERE state = 'running' AND lease_expires_at < now()
-            ORDER BY {LOCK_ORDER}
-            """)
-        rows = _fetch(cursor)
-    found = []
-    for id_, r, ns, n, token, attempts, running, pending, audit, worker in rows:
-        key = Key(r, ns, n)
-        found.append(_Expired(
-            Claim(id_, key, token, attempts, list(running), list(audit)), worker,
-            LostRun(key, [t for t in [*running, *pending] if t != Trigger.RETRY],
-                    attempts + 1)))
-    return found
-
-
-def _end_lost(found: _Expired, backoff: Backoff, record: LostRecord | None) -> bool:
-    """End one lost run with its record (``finish``, ``lost``); whether it ended here."""
-    decision = worker_lost(attempts=found.claim.attempts, backoff=backoff, worker=found.worker)
-    row = record(found.run, decision) if record is not None else None
-    try:
-        with transaction.atomic():  # a savepoint when the caller holds a transaction
-            finish(found.claim, decision, 0.0, record=row, lost=True)
-    except LeaseLost:
-        return False  # it ended meanwhile
-    except DatabaseError:
-        log.exception("%s: could not end the run its worker lost; the next pass tries again",
-                      found.run.key)
-        return False
-    return True
-
-
-def stats() -> list[tuple[str, str, int, float, float]]:
-    """Per reconciler and state: rows, and for running rows the seconds they have run in
-    total and the longest (client-go's unfinished work and longest running processor)."""
-    with transaction.atomic(), _cursor() as cursor:
-        cursor.execute("SET LOCAL statement_timeout = 2000")  # a scrape must not hang
-        cursor.execute(
-            f"""
-            SELECT reconciler, state, count(*),
-                coalesce(sum(extract(epoch FROM now() - started_at))
-                         FILTER (WHERE state = 'running'), 0),
-                coalesce(max(extract(epoch FROM now() - started_at))
-                         FILTER (WHERE state = 'running'), 0)
-            FROM {TABLE} GROUP BY reconciler, state ORDER BY reconciler, state
-            """
-        )
-        return [(r, st, n, float(total), float(longest)) for r, st, n, total, longest
-                in cursor.fetchall()]
-
-
-def forget_gone(older_than: float) -> int:
-    """Delete the rows of objects that are gone: idle, last run ``gone``, nothing waiting,
-    for ``older_than`` seconds. Their history stays; a new object of that name starts a new
-    row."""
-    with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            DELETE FROM {TABLE} WHERE id IN (
-                SELECT id FROM {TABLE}
-                WHERE state = 'idle' AND last_outcome = 'gone' AND NOT paused
-                  AND cardinality(pending_triggers) = 0
-                  AND last_finished_at < now() - make_interval(secs => %s)
-                ORDER BY {LOCK_ORDER} FOR UPDATE SKIP LOCKED)
-            """,
-            [older_than],
-        )
-        return cursor.rowcount
-
-
-_FORGET_SQL = f"""
-DELETE FROM {TABLE} WHERE id IN (
-    SELECT id FROM {TABLE}
-    WHERE reconciler = %(reconciler)s AND state <> 'running'
-      AND (namespace = ANY(%(namespaces)s::text[])) = %(inside)s
-    ORDER BY {LOCK_ORDER} FOR UPDATE)
-"""
-
-
-def forget_in(reconciler: str, namespaces: Iterable[str]) -> int:
-    """Delete ``reconciler``'s rows in ``namespaces``, except running ones (whose run ends
-    first). Locked in key order before they are deleted, as every statement that locks
-    several rows: a plain DELETE takes them in the order it finds them (on disk), and could
-    hold one while an enqueue of the same keys held another and waited for it."""
-    return _forget(reconciler, namespaces, inside=True)
-
-
-def forget_outside(reconciler: str, namespaces: Iterable[str]) -> int:
-    """Delete ``reconciler``'s rows in every namespace but ``namespaces``, except running
-    ones; locked in key order, as ``forget_in``."""
-    return _forget(reconciler, namespaces, inside=False)
-
-
-def _forget(reconciler: str, namespaces: Iterable[str], inside: bool) -> int:
-    with _cursor() as cursor:
-        cursor.execute(_FORGET_SQL, {"reconciler": reconciler,
-                                     "namespaces": sorted(namespaces), "inside": inside})
-        return cursor.rowcount
-
-
-def set_paused(keys: Sequence[Key], paused: bool) -> list[Dispatch]:
-    """Pause or resume keys. A paused key is never claimed; resuming sends what waited."""
-    if not keys:
-        return []
-    with _cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {TABLE} AS w SET
-                paused = %(paused)s,
-                state = CASE WHEN NOT %(paused)s AND w.state = 'idle'
-                                  AND cardinality(w.pending_triggers) > 0 THEN 'queued'
-                             ELSE w.state END,
-                token = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
-                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
-                             THEN w.token + 1 ELSE w.token END,
-                dispatched_at = CASE WHEN NOT %(paused)s AND w.state IN ('idle', 'queued')
-                                  AND (w.state = 'queued' OR cardinality(w.pending_triggers) > 0)
-                             THEN now() ELSE w.dispatched_at END
-            WHERE w.id IN (
-                SELECT x.id FROM {TABLE} x
-                JOIN unnest(%(r)s::text[], %(ns)s::text[], %(n)s::text[]) AS k(r, ns, n)
-                  ON x.reconciler = k.r AND x.namespace = k.ns AND x.name = k.n
-                WHERE x.paused <> %(paused)s
-                ORDER BY {LOCK_ORDER} FOR UPDATE OF x)
-            RETURNING w.reconciler, w.namespace, w.name, w.token, w.state, w.dispatched_at = now(),
-                extract(epoch FROM now())
-            """,
-            {"paused": paused, "r": [k.reconciler for k in keys],
-             "ns": [k.namespace for k in keys], "n": [k.name for k in keys]},
-        )
-        rows = _fetch(cursor)
-    return [Dispatch(Key(r, ns, n), token, at=float(at))
-            for r, ns, n, token, state, send, at in rows if send and state == State.QUEUED]

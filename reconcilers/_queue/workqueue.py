@@ -34,12 +34,12 @@ from typing import Callable, ContextManager, Iterable, Sequence
 
 from django.db import connection as db_connection, transaction
 
-from reconcilers._queue import ledger
+from reconcilers._queue import ledger, reaper, upkeep
 from reconcilers._base import metrics
 from reconcilers._base.conf import settings
 from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key
-from reconcilers._queue.ledger import (Backlog, ClaimRequest, Finished, LostRecord, LostRun,
-                                       Reaped, Row)
+from reconcilers._queue.ledger import ClaimRequest, Finished, Row
+from reconcilers._queue.reaper import Backlog, LostRecord, LostRun, Reaped
 
 __all__ = ["Backlog", "ClaimRequest", "Finished", "LostRecord", "LostRun", "Reaped", "Row",
            "add", "claim", "done", "connect",
@@ -207,14 +207,14 @@ def done(claim_: Claim, decision: Decision, debounce: float = 0.0, record: Row |
 
 def pause(keys: Sequence[Key], paused: bool) -> int:
     """Pause (never claimed until resumed) or resume keys; resuming sends what waited."""
-    dispatches = ledger.set_paused(keys, paused)
+    dispatches = upkeep.set_paused(keys, paused)
     _send_on_commit(dispatches)
     return len(dispatches)
 
 
 def forget_gone(older_than: float = 3600.0) -> int:
     """Drop the ledger rows of objects gone for an hour (beat, with history pruning)."""
-    return ledger.forget_gone(older_than)
+    return upkeep.forget_gone(older_than)
 
 
 def forget_outside(covered: dict[str, set[str] | None]) -> int:
@@ -225,7 +225,7 @@ def forget_outside(covered: dict[str, set[str] | None]) -> int:
     forgotten = 0
     for reconciler, namespaces in sorted(covered.items()):  # the ledger's lock order
         if namespaces is not None:
-            forgotten += ledger.forget_outside(reconciler, namespaces)
+            forgotten += upkeep.forget_outside(reconciler, namespaces)
     if forgotten:
         log.warning("forgot %d keys in namespaces no watcher covers any more", forgotten)
     return forgotten
@@ -233,7 +233,7 @@ def forget_outside(covered: dict[str, set[str] | None]) -> int:
 
 def forget_in(reconciler: str, namespaces: Iterable[str]) -> int:
     """Drop the rows of ``reconciler``'s keys in ``namespaces`` unless running (``scopes``)."""
-    forgotten = ledger.forget_in(reconciler, namespaces)
+    forgotten = upkeep.forget_in(reconciler, namespaces)
     if forgotten:
         log.warning("forgot %d keys of %s in namespaces no longer watched", forgotten,
                     reconciler)
@@ -244,9 +244,9 @@ def reap(backlog: Backlog | None = None, record: LostRecord | None = None) -> Re
     """Recover what crashes and lost messages left behind, and send what is due. A run whose
     worker vanished is ended as every run is (``ledger.finish``), with its history row
     ``record(run, decision)`` in the same statement. ``backlog``: how long the broker's oldest
-    waiting messages have waited, if the sender can tell (see ``ledger.reap``)."""
+    waiting messages have waited, if the sender can tell (see ``reaper.reap``)."""
     conf = settings()
-    found = ledger.reap(conf.redispatch_after, conf.backoff(), backlog, record)
+    found = reaper.reap(conf.redispatch_after, conf.backoff(), backlog, record)
     send(found.dispatches)
     if found.lost_runs:
         metrics.reaper_recoveries_total.labels("lost_run").inc(len(found.lost_runs))
@@ -258,7 +258,7 @@ def reap(backlog: Backlog | None = None, record: LostRecord | None = None) -> Re
 def gauges() -> list[tuple[str, str, list[str], list]]:
     """The ledger's figures for a scrape (``metrics.Computed``): depth (queued keys), keys by
     state, and the running keys' unfinished work and longest run."""
-    rows = ledger.stats()
+    rows = upkeep.stats()
     names = {r: 0 for r, *_ in rows}  # 0, not a missing series, once the queue drains
     queued = {**names, **{r: n for r, state, n, _, _ in rows if state == "queued"}}
     depth = [((r,), n) for r, n in queued.items()]
