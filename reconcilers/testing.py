@@ -135,7 +135,7 @@ def reconcile_once(reconciler: str | type[Reconciler], namespace: str, name: str
     api = cluster if cluster is not None else api
     from reconcilers._base.conf import settings
     from reconcilers._authoring.registry import registry as default_registry
-    from reconcilers._run.runner import attempt
+    from reconcilers._run.call import attempt
 
     name_of = reconciler if isinstance(reconciler, str) else reconciler.name()
     cls = default_registry.get_class(name_of)

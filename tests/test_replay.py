@@ -89,14 +89,14 @@ def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
 
 def test_a_replay_is_the_runners_own_attempt_as_the_recorded_run_was(
         kube, probe, namespace, redis_client, settings, monkeypatch):  # noqa: F811
-    """A replay is no copy of the runner's steps: it goes through ``runner.attempt``, the one
+    """A replay is no copy of the runner's steps: it goes through ``call.attempt``, the one
     a worker's run takes, on the record's inputs - so whatever a run does around user code
     (reading the object, capturing what it raises, writing a typed status, deciding what
     follows) a replay does the same."""
-    from reconcilers._run import runner
+    from reconcilers._run import call
 
     settings.RECONCILERS_RECORD_INPUTS = "failed"
-    attempts, real = [], runner.attempt
+    attempts, real = [], call.attempt
 
     def seen(key, cls, registry, **options):
         done = real(key, cls, registry, **options)
@@ -105,7 +105,7 @@ def test_a_replay_is_the_runners_own_attempt_as_the_recorded_run_was(
                          done.decision.error_message))
         return done
 
-    monkeypatch.setattr(runner, "attempt", seen)
+    monkeypatch.setattr(call, "attempt", seen)
     client.CoreV1Api(kube).create_namespaced_config_map(
         namespace, {"metadata": {"name": "sizing"}, "data": {"replicas": "three"}})
     buggy = Registry()
@@ -113,7 +113,7 @@ def test_a_replay_is_the_runners_own_attempt_as_the_recorded_run_was(
 
     report = run_once(buggy, "p", namespace, _reconciler(False).name())  # a worker's run
     result = replay.replay(report.record_id, registry=buggy)
-    assert len(attempts) == 2, "the replay did not go through runner.attempt"
+    assert len(attempts) == 2, "the replay did not go through call.attempt"
     ran, replayed = attempts
     assert replayed == ran and ran[3:5] == ("error", "builtins.ValueError")
     assert (result.recorded_outcome, result.outcome) == ("error", "error")

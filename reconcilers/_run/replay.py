@@ -4,10 +4,10 @@ A run keeps its inputs (``RunInputs``: the object as read, every ``ctx.get`` / `
 with its answer, and the writes it made) when ``RECONCILERS_RECORD_INPUTS`` says so - by
 default for failed runs. ``replay(record_id)`` (``manage.py replay <id>``, the admin's
 *Replay* button) runs the reconciler's current code on those inputs through the runner's own
-attempt (``runner.attempt``: the same read of the object, call, exception capture, status
+attempt (``call.attempt``: the same read of the object, call, exception capture, status
 write and decision as a worker's run): reads are answered from the record, and writes are
-captured, never sent - nothing reaches the api-server or the cache. The outcome and writes come back beside the recorded run's, to see what a fix
-changes. ``reconcilers.testing.replay_inputs`` runs the same on inputs a test keeps, and
+captured, never sent - nothing reaches the api-server or the cache. The outcome and writes
+come back beside the recorded run's, to see what a fix changes. ``reconcilers.testing.replay_inputs`` runs the same on inputs a test keeps, and
 ``regression_test`` writes such a test from a record.
 
 A read the replayed code makes that the recorded run did not (the fix reads something new)
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconcilers._kube import kube
-from reconcilers._run import runner
+from reconcilers._run import call
 from reconcilers._run.inputs import writes_of
 from reconcilers._base.conf import settings
 from reconcilers._kube.context import Lister
@@ -105,7 +105,7 @@ class _Outcome:
 
 def replay_inputs(inputs: dict, registry: Registry | None = None) -> _Outcome:
     """Run the current code on ``inputs`` (``inputs_of``'s shape): reads from them, writes
-    captured. The run is the runner's own (``runner.attempt``), on an api that answers from
+    captured. The run is the runner's own (``call.attempt``), on an api that answers from
     the inputs: what a worker does for a key, a replay does."""
     registry = registry or default_registry
     name = inputs["reconciler"]
@@ -115,7 +115,7 @@ def replay_inputs(inputs: dict, registry: Registry | None = None) -> _Outcome:
     key = Key(name, inputs["namespace"], inputs["name"])
     world = _World(copy.deepcopy(inputs["obj"]),
                    cls.primary().path(key.namespace or None, key.name))
-    done = runner.attempt(
+    done = call.attempt(
         key, cls, registry, attempts=max(0, int(inputs.get("attempt") or 1) - 1),
         backoff=settings().backoff(cls.backoff_base, cls.backoff_max),
         api=kube.Offline(world.answer), triggers=inputs.get("triggers") or (),

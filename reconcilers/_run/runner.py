@@ -1,9 +1,8 @@
 """Run one reconcile for one key and say how it ended. Plain Python: no Celery here.
 
 ``work()`` is client-go's worker loop and ``Job.run`` its ``processNextWorkItem`` +
-``syncHandler``: claim the key in the work queue (or drop a stale message), re-read the object
-from the cache (a miss confirmed by the api-server = gone), call the user's ``reconcile`` / ``finalize`` inside exception
-capture, let ``decision.decide`` say what follows, then end the run with one statement
+``syncHandler``: claim the key in the work queue (or drop a stale message), let ``call.attempt``
+read the object, call the user's code and decide what follows, then end the run with one statement
 (``workqueue.done``: the key moved on, the run's history row written, the follow-up message
 sent once committed) - which, when another key waits for this run thread, also claims that
 key (``Done`` then ``Get``), and the loop goes on with it. The pool (``pool``) only provides
@@ -19,7 +18,6 @@ whose process was stopped past its lease).
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
@@ -28,22 +26,21 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from typing import Iterator, Sequence
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
                        transaction)
 
-from reconcilers._kube import cache, kube
-from reconcilers._run import deadlines, history, inputs, pool, timers
+from reconcilers._kube import kube
+from reconcilers._run import call, deadlines, history, inputs, pool, timers
 from reconcilers._base import logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
-from reconcilers._kube.context import Context, Lister, fence_until
+from reconcilers._kube.context import fence_until
 from reconcilers._queue.decision import decide
-from reconcilers._base.reconcile import (Claim, Decision, Dispatch, Key, LeaseLost, Outcome,
-                                         PermanentError, Result, Trigger)
+from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key, LeaseLost, Outcome, Trigger
 from reconcilers._queue.workqueue import ClaimRequest
 from reconcilers._run.evidence import HEALED, new_evidence
 from reconcilers._authoring.registry import NotRegistered, Registry, registry as default_registry
@@ -69,84 +66,8 @@ class RunReport:
     follow_up: Dispatch | None = None  # the next message for this key (already sent)
 
 
-@dataclass
-class Seen:
-    """What user code saw and did; filled as the run goes, so a crash keeps what it had."""
-
-    obj: dict | None = None
-    final: dict | None = None
-    events: list = field(default_factory=list)
-    phase: str = ""
-    capabilities: list = field(default_factory=list)  # actions reported or seen
-    read: dict | None = None  # a copy of ``obj`` as read, when the run's inputs are noted
-
-
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def read_object(cls: type[Reconciler], key: Key, api: kube.ApiClient) -> dict | None:
-    """The current object: from the cache once it is synced, else from the api-server.
-
-    A miss in a synced cache is asked of the api-server before the run is ``gone``: Redis
-    that went back in time (an older snapshot, a failover to a lagging replica) holds a
-    synced marker over a cache without what was created since, until the watcher notices
-    and relists (``epoch``). It costs one GET per deleted object's run."""
-    gvr = cls.primary()
-    namespace = key.namespace if gvr.namespaced else None
-    if isinstance(api, kube.Offline):  # a test's fake cluster: no shared cache in front of it
-        return kube.get_or_none(api, gvr.path(namespace, key.name))
-    synced, obj = cache.get_if_synced(gvr, namespace, key.name)
-    if synced and obj is not None:
-        return obj
-    return kube.get_or_none(api, gvr.path(namespace, key.name))
-
-
-def invoke(reconciler: Reconciler, cls: type[Reconciler], obj: dict, ctx: Context,
-           seen: Seen, triggers: Sequence[str] = ()) -> tuple[str, Result | None]:
-    """Finalizer handling around the user's code. Returns (outcome if decided here, result).
-    A run triggered only by timers calls them instead of ``reconcile``; with other triggers
-    too, ``reconcile`` and then the timers (``timers``)."""
-    finalizer = cls.finalizer_name()
-    meta = obj["metadata"]
-    if meta.get("deletionTimestamp"):
-        if finalizer and finalizer in (meta.get("finalizers") or []):
-            seen.phase = "finalize"
-            result = reconciler.finalize(obj, ctx)  # type: ignore[attr-defined]
-            if result is None or (not result.requeue and result.requeue_after is None):
-                ctx.remove_finalizer(finalizer)
-            return "", result
-        return Outcome.SKIPPED, None
-    fired = timers.fired(triggers)
-    only_timers = bool(fired) and _only_timers(triggers)
-    seen.phase = "timer" if only_timers else "reconcile"
-    if finalizer:
-        ctx.add_finalizer(finalizer)
-        obj = ctx.obj
-    if cls.resource is None:
-        result = None if only_timers else reconciler.reconcile(obj, ctx)
-        timed = timers.run(reconciler, fired, obj, ctx) if fired else None
-        return "", timed if only_timers else result
-    typed = cls.resource(obj)
-    result = None if only_timers else reconciler.reconcile(typed, ctx)
-    if fired:
-        timed = timers.run(reconciler, fired, typed, ctx)
-        result = timed if only_timers else result
-    status = typed.status_patch().get("status")
-    if status or _observed_behind(ctx.obj):
-        ctx.patch_status(status or {})  # observedGeneration rides along
-    return "", result
-
-
-def _observed_behind(obj: dict) -> bool:
-    """The object's status tracks ``observedGeneration`` and names an older generation: a run
-    that saw the newer spec says so even when no other status field changed."""
-    observed = (obj.get("status") or {}).get("observedGeneration")
-    return observed is not None and observed != (obj.get("metadata") or {}).get("generation")
-
-
-def _only_timers(triggers: Sequence[str]) -> bool:
-    return bool(triggers) and all(t.startswith(timers.PREFIX) for t in triggers)
 
 
 def run(key_text: str, token: int, *, registry: Registry | None = None,
@@ -287,56 +208,6 @@ def _claim(request: ClaimRequest) -> Claim | None:
         return workqueue.claim(*request)
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One pass of user code over one key, and the decision on what follows."""
-
-    decision: Decision
-    seen: Seen
-    ctx: Context | None  # None when user code never ran (no object, no reconciler)
-    error: BaseException | None
-
-
-def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
-            backoff: Backoff, api: kube.ApiClient | None = None,
-            fence: Callable[[], None] | None = None, triggers: Sequence[str] = (),
-            reads: Callable[[Lister], Lister] | None = None) -> Attempt:
-    """Read the object, call the user's code, decide: what a worker does for a key it holds,
-    what ``reconcilers.testing`` does for a test, and what ``replay`` does on a record's
-    inputs. Never raises for anything user code does.
-
-    ``reads``: a replay's reads answered from the record instead - given the lister ``ctx``
-    would read through, the one it reads through (a replay keeps no inputs of its own).
-    """
-    seen, ctx = Seen(), None
-    try:
-        if cls is None:
-            raise PermanentError(f"no reconciler named {key.reconciler!r} is registered here")
-        api = api or kube.api_client()
-        seen.obj = read_object(cls, key, api)
-        if seen.obj is None:
-            return Attempt(decide(attempts=attempts, backoff=backoff, decided=Outcome.GONE),
-                           seen, None, None)
-        ctx = Context(key, seen.obj, primary=cls.primary(), watched=cls.watched(), api=api,
-                      fence=fence, indexes=cls.indexes, scopes=cls.cache_scopes())
-        if reads is not None:
-            ctx.lister = reads(ctx.lister)
-        elif inputs.recording():  # for a replay of this run (``replay``): copies, before use
-            seen.read, ctx.lister.reads = copy.deepcopy(seen.obj), []
-        try:
-            decided, result = invoke(registry.get(key.reconciler), cls, seen.obj, ctx, seen,
-                                     triggers)
-        finally:
-            seen.events, seen.final = ctx.events, ctx.obj
-            seen.capabilities = list(ctx.capabilities)
-        return Attempt(decide(attempts=attempts, backoff=backoff, result=result,
-                              decided=decided), seen, ctx, None)
-    except (Exception, SystemExit) as exc:
-        # SystemExit too: user code calling sys.exit() must not take the worker process (and
-        # every run it would have done) down with it; it is an error of this run, retried.
-        return Attempt(decide(attempts=attempts, backoff=backoff, error=exc), seen, ctx, exc)
-
-
 def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
                  lane: pool.Lane | None) -> RunReport:
     key, conf = claim.key, settings()
@@ -355,7 +226,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
     with deadlines.guard(str(key), limits.soft, limits.hard, abandon=on_hard,
                          interrupt=interrupt), \
             kube.acting_for_run(f"{claim.token}-{uuid.uuid4().hex[:8]}"):
-        done = attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
+        done = call.attempt(key, cls, registry, attempts=claim.attempts, backoff=backoff,
                        fence=fence_until(claim.check_held, claim.held_until),
                        triggers=claim.triggers)
     if claim.released.is_set():  # abandoned: its record is written, its key released
@@ -367,7 +238,7 @@ def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
                     key, time.perf_counter() - t0, ended)
         return RunReport(dropped=True)
     decision, seen = done.decision, done.seen
-    if decision.trigger == Trigger.RETRY and _only_timers(claim.triggers):
+    if decision.trigger == Trigger.RETRY and call.only_timers(claim.triggers):
         # A failed timer is retried as that timer, not as a reconcile.
         decision = replace(decision, trigger=timers.PREFIX + timers.fired(claim.triggers)[0])
     duration = time.perf_counter() - t0
@@ -407,7 +278,7 @@ def _qualname(error: type[BaseException] | None) -> str | None:
     return None if error is None else f"{error.__module__}.{error.__qualname__}"
 
 
-def _keep_inputs(record_id: int, done: Attempt, triggers: Sequence[str]) -> None:
+def _keep_inputs(record_id: int, done: call.Attempt, triggers: Sequence[str]) -> None:
     """Keep what the run read and wrote for a replay; never at the run's expense."""
     try:
         inputs.keep(record_id, done.seen.read, done.ctx.lister.reads or [] if done.ctx else [],
