@@ -13,8 +13,6 @@ cache, else the api-server).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -24,6 +22,7 @@ from reconcilers._kube.context import Lister
 from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base import predicates
+from reconcilers._base.callables import positional_count
 from reconcilers._base.vocab import Owns, Watches
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ class Handler:
     def _map(self, obj: dict):
         """``map(obj)``, or ``map(obj, lister)`` for a map function that reads (say, the
         objects whose selector matches ``obj``)."""
-        if _takes_lister(self.declaration.map):
+        if positional_count(self.declaration.map) >= 2:
             cls = self.reconciler
             return self.declaration.map(obj, Lister(kube.api_client(), cls.watched(),
                                                     cls.indexes, cls.cache_scopes()))
@@ -100,13 +99,6 @@ class Handler:
         else:
             return True
         return predicates.passes(declared, old, new, where) if declared else True
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_lister(func: Callable) -> bool:
-    params = [p for p in inspect.signature(func).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(params) >= 2
 
 
 class Router:

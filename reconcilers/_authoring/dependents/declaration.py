@@ -7,11 +7,11 @@ cycle) - when the reconciler's class is defined, not in a run.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from reconcilers._base.callables import positional_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from reconcilers._kube.context import Context
@@ -70,7 +70,7 @@ class Dependent:
 
     def manifest(self, obj: Any, ctx: "Context") -> dict:
         """``desired`` completed with apiVersion, kind and the dependent's label."""
-        body = dict(self.desired(obj, ctx) if _takes_ctx(self.desired) else self.desired(obj))
+        body = dict(self.desired(obj, ctx) if positional_count(self.desired) >= 2 else self.desired(obj))
         for field_, value in (("apiVersion", self.api_version), ("kind", self.kind)):
             if body.setdefault(field_, value) != value:
                 raise ValueError(f"dependent {self.name!r} is a {self.api_version} {self.kind}, "
@@ -81,13 +81,6 @@ class Dependent:
         meta["labels"] = {**(meta.get("labels") or {}), LABEL: self.name}
         body["metadata"] = meta
         return body
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_ctx(func: Callable) -> bool:
-    params = [p for p in inspect.signature(func).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(params) >= 2
 
 
 def order(dependents: Sequence[Dependent]) -> list[Dependent]:
