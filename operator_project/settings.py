@@ -2,7 +2,7 @@
 
 Local development gets safe defaults from ``.local/env`` (written by ``make up``); production must
 set ``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL`` and ``ALLOWED_HOSTS`` itself. The operator's
-own settings (``RECONCILERS_*``) have their defaults in ``reconcilers/_base/conf.py``.
+own settings (``RECONCILERS_*``) are listed with their defaults in docs/running/configuration.md.
 """
 
 from __future__ import annotations
@@ -217,10 +217,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_TIMEZONE = TIME_ZONE
 # Beat's periodic tasks (reaper, resync, history pruning) are added by the reconcilers app
-# itself (reconcilers/_run/tasks.py); an entry of the same name here would override it.
+# itself, as it starts; an entry of the same name here would override it.
 
 # LOG_FORMAT=json: one JSON object per line, each line of a run carrying its reconciler,
-# namespace, name, trigger, attempt, task id and record id (reconcilers/_base/logs.py).
+# namespace, name, trigger, attempt, task id and record id (reconcilers.conf.JsonFormatter).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
 if LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', not {LOG_FORMAT!r}")
@@ -282,8 +282,8 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 # the watcher's heartbeat may be before `manage.py health watcher` reports it unhealthy.
 OPERATOR_HEALTH_TIMEOUT = env_float("OPERATOR_HEALTH_TIMEOUT", 3.0)
 OPERATOR_HEALTH_WATCHER_MAX_AGE = env_float("OPERATOR_HEALTH_WATCHER_MAX_AGE", 30.0)
-# /metrics, /healthz and /readyz of the processes that are not web servers (reconcilers/
-# _base/probes.py); 0 turns the endpoint off. The web role serves the same paths itself.
+# /metrics, /healthz and /readyz of the processes that are not web servers (the watcher and
+# the workers; docs/running/observability.md); 0 turns the endpoint off. The web role serves the same paths itself.
 OPERATOR_WATCHER_HTTP_PORT = env_int("OPERATOR_WATCHER_HTTP_PORT", 8081)
 OPERATOR_WORKER_HTTP_PORT = env_int("OPERATOR_WORKER_HTTP_PORT", 8082)
 # /metrics over HTTPS, behind the api-server's TokenReview and SubjectAccessReview, while

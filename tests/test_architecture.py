@@ -386,6 +386,20 @@ def test_the_project_and_the_docs_name_no_private_module():
     assert _private_paths(USERS_COPY) == []
 
 
+# What a user reads as a user (not the contributors' pages, which walk the source): no
+# private module's file either - it may move in any release, and a user has no reason to
+# open it.
+USERS_PAGES = [p for p in USERS_COPY if "contributing" not in p.parts]
+_PRIVATE_FILE = re.compile(r"\breconcilers/_[a-z]")
+
+
+def test_the_project_and_the_users_pages_point_into_no_private_file():
+    assert [f"{p.name}:{n}" for p in USERS_PAGES
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if _PRIVATE_FILE.search(line)] == []
+    assert _PRIVATE_FILE.search("defaults in ``reconcilers/_base/conf.py``")
+
+
 def test_a_private_path_in_a_settings_string_is_found(tmp_path):
     planted = tmp_path / "settings.py"
     planted.write_text('LOGGING = {"formatters": {"json": {"()": '
