@@ -40,7 +40,8 @@ from reconcilers._run import deadlines, history, inputs, pool, timers
 from reconcilers._base import logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
-from reconcilers._kube.context import Context, Lister, fence_until
+from reconcilers._kube.context import Context, fence_until
+from reconcilers._kube.lister import Lister
 from reconcilers._queue.decision import Decision, decide
 from reconcilers._queue.workqueue import Claim, ClaimRequest, Dispatch, LeaseLost
 from reconcilers._run.evidence import HEALED, new_evidence
