@@ -9,7 +9,9 @@ plumbing stay behind this surface.
 from reconcilers._kube import events
 from reconcilers._base import predicates
 from reconcilers._webhooks.admission import ValidationError, Webhook
-from reconcilers._kube.context import Context, Lister, NotOwnedError, controller_of
+from reconcilers._kube.children import NotOwnedError, controller_of
+from reconcilers._kube.context import Context
+from reconcilers._kube.lister import Lister
 from reconcilers._authoring.dependents import Dependent, Progress, Workflow
 from reconcilers._kube.kube import ApiError
 from reconcilers._authoring.registry import Registry, register

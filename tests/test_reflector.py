@@ -248,9 +248,9 @@ def test_a_resumed_watcher_reads_only_the_cached_objects_that_change(api, namesp
                                                                      redis_client, monkeypatch):
     """No work per unchanged object on a restart: the predecessor's cache is read object by
     object as events arrive, and whole only when a relist needs it to diff against."""
-    import reconcilers._watch.reflector as reflector_module
+    import reconcilers._watch.known as known_module
 
-    monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 3600)  # this test's whole span
+    monkeypatch.setattr(known_module, "COMPLETE_AFTER", 3600)  # this test's whole span
     cached = _resumed_after_a_predecessor(api, namespace,
                                           [f"kept-{i}" for i in range(20)] + ["changed"])
     kube.request(api, "PUT", CONFIGMAPS.path(namespace, "changed"),
@@ -294,9 +294,9 @@ def test_a_resumed_watcher_holds_every_object_once_its_first_second_is_past(
         api, namespace, redis_client, monkeypatch):
     """Off the restart's path the store is completed: a relist after Redis lost the cache
     then diffs against every object, as a watcher that listed does."""
-    import reconcilers._watch.reflector as reflector_module
+    import reconcilers._watch.known as known_module
 
-    monkeypatch.setattr(reflector_module, "COMPLETE_AFTER", 0)
+    monkeypatch.setattr(known_module, "COMPLETE_AFTER", 0)
     cached = _resumed_after_a_predecessor(api, namespace, [f"kept-{i}" for i in range(5)])
     sink = Recorder()
     after = reflector(namespace, sink)

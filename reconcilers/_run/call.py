@@ -20,7 +20,8 @@ from reconcilers._authoring.registry import Registry
 from reconcilers._base.conf import Backoff
 from reconcilers._base.reconcile import Decision, Key, Outcome, PermanentError, Result
 from reconcilers._kube import cache, kube
-from reconcilers._kube.context import Context, Lister
+from reconcilers._kube.context import Context
+from reconcilers._kube.lister import Lister
 from reconcilers._queue.decision import decide
 from reconcilers._run import inputs, timers
 

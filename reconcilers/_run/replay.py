@@ -28,7 +28,7 @@ from reconcilers._kube import kube
 from reconcilers._run import call
 from reconcilers._run.inputs import writes_of
 from reconcilers._base.conf import settings
-from reconcilers._kube.context import Lister
+from reconcilers._kube.lister import Lister
 from reconcilers.models import ReconcileRecord, RunInputs
 from reconcilers._authoring.registry import Registry, registry as default_registry
 from reconcilers._base.reconcile import Key

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from reconcilers._kube import kube
-from reconcilers._kube.context import Lister
+from reconcilers._kube.lister import Lister
 from reconcilers._base.reconcile import Key, Trigger
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base import predicates

@@ -1,9 +1,10 @@
 """The reflector: list and watch one resource, keep the shared cache, report every change.
 
-client-go's Reflector: a paginated LIST, then a WATCH from the list's resourceVersion with
-bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as the HTTP answer) a
-relist that reports what changed or vanished meanwhile; on any other error a reconnect with
-capped exponential backoff (0.1 s -> 30 s, jittered). It never exits on a transient error.
+client-go's Reflector: a paginated LIST (``pager``), then a WATCH from the list's
+resourceVersion with bookmarks and a server timeout; on ``410 Gone`` (as a watch event or as
+the HTTP answer) a relist that reports what changed or vanished meanwhile; on any other error
+a reconnect with capped exponential backoff (0.1 s -> 30 s, jittered). It never exits on a
+transient error.
 
 Unlike client-go's in-memory store, the cache outlives the process: a watcher restarted while
 its predecessor's synced marker lives (``cache.SYNCED_TTL``), with the same cache scope,
@@ -18,10 +19,10 @@ the ledger loses nothing: the next leader replays the journal. What to do with a
 handlers' business (``handlers.py``), not the reflector's.
 
 Index sets (``Index`` declarations of the reconcilers on this stream) are kept in the same
-transaction as the objects they file. Only the reflector's own thread changes ``known`` (a
-``Known``) and ``resource_version``; other threads ask for a relist through
-``request_relist`` (after Redis lost the cache; after it went back in time, diffing against
-what the cache holds).
+transaction as the objects they file (``indexer``). What the stream last saw of each object is
+``known`` (a ``Known``, ``known.py``). Only the reflector's own thread changes ``known`` and
+``resource_version``; other threads ask for a relist through ``request_relist`` (after Redis
+lost the cache; after it went back in time, diffing against what the cache holds).
 
 Every cache write carries the leader's term (``term``, a ``fence.Term``): Redis refuses the
 writes of a term older than the newest leader's (``fence.StaleTerm``), so a paused ex-leader's
@@ -35,7 +36,6 @@ import hashlib
 import logging
 import random
 import threading
-import time
 import uuid
 from typing import Callable, Mapping
 
@@ -44,6 +44,9 @@ from reconcilers._base import metrics
 from reconcilers._base.conf import settings
 from reconcilers._base.reconcile import Trigger
 from reconcilers._base.vocab import GVR, CacheScope, Index, object_path, split_object_path
+from reconcilers._watch import pager
+from reconcilers._watch.indexer import Indexer
+from reconcilers._watch.known import Known
 
 log = logging.getLogger(__name__)
 
@@ -58,85 +61,10 @@ Deliver = Callable[[str, "dict | None", "dict | None", "journal.Change"], None]
 
 # Seconds before the first reconnect after a watch or list error.
 FIRST_RETRY = 0.1
-# Seconds after a resume before the reflector loads the cached objects no event brought.
-COMPLETE_AFTER = 1.0
 
 
 class Gone(Exception):
     """The resourceVersion is too old (410): relist."""
-
-
-class Known:
-    """The last state this stream saw of each object (sanitised, like the cache): the ``old``
-    of the next event, and what a relist diffs against.
-
-    After a list it holds every object. After a resume (of a stream without index sets, which
-    rebuilds them from every object) it starts empty and reads through to the shared cache -
-    an object's first event fetches what the predecessor cached (one HGET) - so a restart
-    costs nothing per unchanged object before its watch runs, where decoding them all grows
-    with the cache. The rest is loaded
-    at the first event or bookmark ``COMPLETE_AFTER`` seconds on (``complete_if_due``), or
-    at once when a relist needs them to diff against. Until then it depends on the cache: if
-    Redis lost it in that window, an object no event brought has no ``old`` and a relist
-    cannot report it vanished. Only the reflector's thread changes it; ``len`` may be read
-    from any."""
-
-    def __init__(self, gvr: GVR, namespace: str | None, objects: dict[str, dict],
-                 complete: bool = True, size: int | None = None):
-        self.gvr, self.namespace = gvr, namespace
-        self._objects = objects
-        self._complete = complete
-        self._size = len(objects) if size is None else size
-        self._due = time.monotonic() + COMPLETE_AFTER
-
-    @classmethod
-    def reading_through(cls, gvr: GVR, namespace: str | None) -> "Known":
-        return cls(gvr, namespace, {}, complete=False, size=cache.count(gvr, namespace))
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def complete_if_due(self) -> None:
-        """Load what no event brought, once the resumed watch has run ``COMPLETE_AFTER``
-        seconds: off the restart's path, and from then on in memory as after a list."""
-        if not self._complete and time.monotonic() >= self._due:
-            self.all()
-
-    def get(self, path: str) -> dict | None:
-        obj = self._objects.get(path)
-        if obj is None and not self._complete:
-            ns, name = split_object_path(path)
-            obj = cache.get(self.gvr, ns or None, name)
-            if obj is not None:
-                self._objects[path] = obj
-        return obj
-
-    def put(self, path: str, obj: dict, existed: bool) -> None:
-        self._objects[path] = obj
-        self._size += not existed
-
-    def remove(self, path: str, existed: bool) -> None:
-        self._objects.pop(path, None)
-        self._size -= existed
-
-    def all(self) -> dict[str, dict]:
-        """Every object, loading from the cache what no event brought yet."""
-        if not self._complete:
-            loaded = cache.objects(self.gvr, self.namespace)
-            loaded.update(self._objects)
-            self._objects, self._complete = loaded, True
-            self._size = len(loaded)
-        return self._objects
-
-    def __contains__(self, path: str) -> bool:
-        return self.get(path) is not None
-
-    def __iter__(self):
-        return iter(self.all())
-
-    def __len__(self) -> int:
-        return self._size
 
 
 class Reflector:
@@ -149,6 +77,7 @@ class Reflector:
         self.gvr, self.namespace = gvr, namespace
         self.term = term  # the leader's term every cache write carries (None: unfenced)
         self.indexes = dict(indexes or {})
+        self._indexer = Indexer(gvr, namespace, self.indexes)
         self.scope = scope
         self.deliver = deliver
         self.wants = wants
@@ -264,7 +193,7 @@ class Reflector:
             self.known = Known(self.gvr, self.namespace,
                                cache.objects(self.gvr, self.namespace))
             pipe = fence.Writes(self.term)
-            self._refile_all(self.known.all(), pipe)
+            self._indexer.rebuild(self.known.all(), pipe)
             pipe.execute()
         else:
             self.known = Known.reading_through(self.gvr, self.namespace)
@@ -278,35 +207,10 @@ class Reflector:
         """Paginated LIST; replace this scope of the cache and report every difference - from
         what the shared cache holds when ``initial`` (a first list, or Redis went back in
         time), else from ``known``."""
-        seen: dict[str, dict] = {}
-        token = ""
-        page = settings().list_page_size
-        while True:
-            query: dict = {"limit": page, **self._selectors()} if page else self._selectors()
-            if token:
-                query["continue"] = token
-            try:
-                body = kube.request(api, "GET", self.gvr.path(self.namespace), query=query,
-                                    timeout=(10, 120),
-                                    accept=kube.METADATA_LIST if self.scope.metadata_only
-                                    else kube.JSON)
-            except kube.ApiError as exc:
-                if exc.status != 410 or not token:
-                    raise
-                # The continue token expired mid-list (a very slow list): start again in one
-                # unpaginated request, as client-go's pager does, rather than for ever.
-                log.info("%s: list continuation expired; listing in one request", self.gvr.id)
-                seen.clear()
-                token, page = "", 0
-                continue
-            for obj in body.get("items") or []:
-                self._typed(obj)
-                meta = obj["metadata"]
-                seen[object_path(meta.get("namespace"), meta["name"])] = cache.sanitize(obj)
-            token = (body.get("metadata") or {}).get("continue") or ""
-            if not token:
-                rv = body["metadata"]["resourceVersion"]
-                break
+        seen, rv = pager.list_pages(
+            api, self.gvr.path(self.namespace), self._selectors(),
+            kube.METADATA_LIST if self.scope.metadata_only else kube.JSON,
+            settings().list_page_size, self._kept)
         if initial:
             # After a restart nothing is in memory: the shared cache tells what existed - in
             # this stream's namespace only, and whole, so a child deleted while no watcher ran
@@ -325,7 +229,7 @@ class Reflector:
         for path in vanished:
             ns, name = split_object_path(path)
             cache.delete(self.gvr, ns or None, name, pipe)
-        self._refile_all(seen, pipe)
+        self._indexer.rebuild(seen, pipe)
         for *_, change in changes:
             journal.record(change, pipe)
         # The position in the same transaction as the objects: a watcher dying in between
@@ -407,7 +311,7 @@ class Reflector:
             new = cache.sanitize(obj)
             change = self._change(path, new, False) if self._wanted(old, new) else None
             cache.put_many(self.gvr, [new], pipe)
-        self._reindex(path, old, new, pipe)
+        self._indexer.refile(path, old, new, pipe)
         if change is not None:
             journal.record(change, pipe)
         cache.advance(self.gvr, self.namespace, rv or self.resource_version, self._stream, pipe)
@@ -434,39 +338,17 @@ class Reflector:
             out["fieldSelector"] = self.scope.fields
         return out
 
+    def _kept(self, obj: dict) -> tuple[str, dict]:
+        """A listed object as the cache and ``known`` hold it, and its path."""
+        self._typed(obj)
+        meta = obj["metadata"]
+        return object_path(meta.get("namespace"), meta["name"]), cache.sanitize(obj)
+
     def _typed(self, obj: dict) -> None:
         """List items carry no apiVersion/kind, metadata-only ones say PartialObjectMetadata:
         the cache holds each as what it is."""
         if self.scope.metadata_only or "kind" not in obj:
             obj["apiVersion"], obj["kind"] = self.gvr.api_version, self.gvr.kind
-
-    # --- indexes ---------------------------------------------------------------------------
-
-    def _values(self, obj: dict | None) -> dict[str, set[str]]:
-        """Each index's values for ``obj``. An index function that raises files the object
-        under nothing (logged): a malformed object never stops the stream."""
-        out = {}
-        for name, index in self.indexes.items():
-            try:
-                out[name] = index.values(obj)
-            except Exception:
-                log.exception("%s: index %r failed on %s", self.gvr.id, name,
-                              ((obj or {}).get("metadata") or {}).get("name"))
-                out[name] = set()
-        return out
-
-    def _reindex(self, path: str, old: dict | None, new: dict | None, pipe) -> None:
-        if self.indexes:
-            cache.reindex(self.gvr, self.namespace, path, self._values(old), self._values(new),
-                          pipe)
-
-    def _refile_all(self, seen: dict, pipe) -> None:
-        """After a list every index set of this scope is rebuilt, not patched: a new watcher
-        may have other index functions, and a relist after Redis lost the cache finds the
-        sets gone while the objects look unchanged."""
-        cache.reset_indexes(self.gvr, self.namespace, self.indexes, pipe)
-        for path, obj in seen.items():
-            self._reindex(path, None, obj, pipe)
 
     def _change(self, path: str, obj: dict, deleted: bool) -> journal.Change:
         self._changes += 1

@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 
 from reconcilers._kube import kube
-from reconcilers._kube.context import Lister
+from reconcilers._kube.lister import Lister
 from reconcilers.resources import Registry, default_registry
 from reconcilers.resources.typed import MetadataView
 from reconcilers._base.vocab import plural as plural_of

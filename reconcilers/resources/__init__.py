@@ -4,7 +4,8 @@ One import for users::
 
     from reconcilers.resources import Resource, Version, PrinterColumn, Scale, fields
 
-Layers, one module each: ``fields`` (types and their schemas), ``options`` (versions, printer
+Layers, one module each: ``field`` (what every field is: its names, its schema's shared
+parts, its rules), ``fields`` (the types and their schemas), ``options`` (versions, printer
 columns, subresources, ``Meta``), ``base`` (``Resource``), ``typed`` (attribute access and the
 status patch), ``crd`` (CRD dict and deterministic YAML), ``registry`` (declared resources,
 ``autodiscover``), ``manifests`` (the files ``makecrds`` writes) and ``apply`` (server-side

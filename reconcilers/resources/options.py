@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from django.core.exceptions import ImproperlyConfigured
 
 from reconcilers._base.vocab import plural as plural_of
-from .fields import Field, Integer, Object, camel_case
+from .field import Field, camel_case
+from .fields import Integer, Object
 
 if TYPE_CHECKING:
     from .registry import Registry

@@ -12,7 +12,8 @@ import copy
 from collections.abc import MutableMapping, MutableSequence
 from typing import Any, Iterator
 
-from .fields import Field, List, Map, Object, camel_case
+from .field import Field, camel_case
+from .fields import List, Map, Object
 
 __all__ = ["ObjectView", "ListView", "MapView", "MetadataView", "merge_patch", "root_view"]
 

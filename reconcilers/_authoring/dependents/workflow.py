@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from reconcilers._kube import kube
-from reconcilers._kube.context import Context, controller_of
 from reconcilers._base.reconcile import Result
+from reconcilers._kube.children import controller_of
+from reconcilers._kube.context import Context
 from reconcilers._base.vocab import Owns, rfc3339
 from reconcilers._authoring.dependents.declaration import LABEL, Dependent, order
 
