@@ -29,7 +29,8 @@ if _os.environ.get("BENCH_EXPERIMENT_DB_REUSE_MAX"):
     CELERY_DB_REUSE_MAX = int(_os.environ["BENCH_EXPERIMENT_DB_REUSE_MAX"])
 
 if _os.environ.get("BENCH_EXPERIMENT_METRICS_OFF"):
-    _os.environ["OPERATOR_METRICS"] = "0"  # read when reconcilers._base.metrics is first imported
+    # Read from the environment as the operator first counts anything, after this module.
+    _os.environ["OPERATOR_METRICS"] = "0"
 
 if _os.environ.get("BENCH_EXPERIMENT_UNPREPARED"):
     # The ledger's statements bound client-side and planned on every execution (the

@@ -6,6 +6,8 @@ Nothing else in the package is meant for user code: Celery, the ledger and the K
 plumbing stay behind this surface.
 """
 
+import warnings
+
 from reconcilers._kube import events
 from reconcilers._base import predicates
 from reconcilers._webhooks.admission import ValidationError, Webhook
@@ -14,7 +16,7 @@ from reconcilers._kube.context import Context
 from reconcilers._kube.lister import Lister
 from reconcilers._authoring.dependents import Dependent, Progress, Workflow
 from reconcilers._kube.kube import ApiError
-from reconcilers._authoring.registry import Registry, register
+from reconcilers._authoring.registry import ReconcilerRegistry, register
 from reconcilers._base.reconcile import Key, PermanentError, Result, TemporaryError
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._run.timers import timer
@@ -33,7 +35,7 @@ __all__ = [
     "PermanentError",
     "Progress",
     "Reconciler",
-    "Registry",
+    "ReconcilerRegistry",
     "Result",
     "TemporaryError",
     "ValidationError",
@@ -46,3 +48,15 @@ __all__ = [
     "register",
     "timer",
 ]
+
+# Old names still importable for one release, each with a warning naming its successor.
+_RENAMED = {"Registry": "ReconcilerRegistry"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"reconcilers.api.{name} is renamed reconcilers.api.{new}; the old name "
+                      f"goes in the next release", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -268,9 +268,9 @@ class Soak:
 
     def probe_liveness(self) -> None:
         """The orchestrator's liveness probe, until the soak stops: a worker whose ``/healthz``
-        answers 503 three times in a row (its consumer stalled: ``reconcilers._run.stall``)
-        is killed and started again, as a kubelet does. Only an answer counts: a worker that
-        does not answer (stopped by a fault) is left alone, as the fault intends."""
+        answers 503 three times in a row (its consumer stalled: a message waiting next in its
+        queue, none received and nothing running) is killed and started again, as a kubelet
+        does. Only an answer counts: a worker that does not answer (stopped by a fault) is left alone, as the fault intends."""
         failures: dict[str, int] = {}
         while not self.probing.wait(2):
             for worker in self.workers:

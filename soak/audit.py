@@ -2,8 +2,8 @@
 whether two runs of the operator ever held one object at once, and whether every change was
 seen by a run - judged from outside the operator's own tables.
 
-Every api-server call a run makes names the run in its User-Agent (``reconcilers._kube.kube``:
-``django-crd-operator/<version> (run <identity>)``, unique per attempt); the devstack's audit
+Every api-server call a run makes names the run in its User-Agent, as the operator sends it:
+``django-crd-operator/<version> (run <identity>)``, unique per attempt; the devstack's audit
 policy logs writes to ConfigMaps and SoakItems at Metadata level (``reconcilers/devstack/
 controlplane.py``). The soak's reconciler writes each object at least twice per run
 (``soak/soakapp/reconcilers.py``): a *begin* on the SoakItem (accepted only while the object

@@ -9,5 +9,5 @@ INSTALLED_APPS = [*INSTALLED_APPS, "soak.soakapp"]
 
 # What the SoakItem reconciler writes into status.note. The soak's rolling upgrade changes it:
 # a setting is part of the reconciler's fingerprint, so the new leader's start pass must
-# reconcile every object (reconcilers/_watch/onstart.py).
+# reconcile every object.
 SOAK_NOTE = os.environ.get("SOAK_NOTE", "")

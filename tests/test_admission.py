@@ -10,7 +10,7 @@ import json
 import pytest
 
 from reconcilers._webhooks import admission
-from reconcilers.resources import Registry, Resource, fields
+from reconcilers.resources import KindRegistry, Resource, fields
 
 
 def apply_patch(doc, ops):
@@ -81,7 +81,7 @@ def review(obj, old=None, op="CREATE", dry_run=False):
 
 @pytest.fixture
 def registered(monkeypatch):
-    registry = Registry()
+    registry = KindRegistry()
     registry.register(Gadget)
     monkeypatch.setattr(admission, "default_registry", registry)
 

@@ -408,6 +408,74 @@ def test_a_private_path_in_a_settings_string_is_found(tmp_path):
     assert [p.split(":")[1] for p in _private_paths([planted])] == ["1"]
 
 
+# The benchmark and the soak drive the operator as a user's project does: their apps are
+# written as a user writes one, their harnesses start the operator's commands, and the soak's
+# checker reads the cluster with the official client and the database through the models - a
+# witness sharing the engine's client would share its faults. So neither imports a wing nor
+# names one, dotted or as a file; a private module may move in any release.
+BENCH_AND_SOAK = sorted(p for d in ("bench", "soak") for p in (APP.parent / d).rglob("*.py"))
+_PRIVATE_FILE = re.compile(r"\breconcilers[./]_[a-z]")
+# What measures the engine itself, which only its insides can name (file -> why).
+ENGINE_MEASURES = {
+    # py-spy names a sampled frame by its function and file; the stages of a run are told
+    # apart by the engine's own files.
+    "bench/profile.py": "groups py-spy's frames by the engine's files",
+}
+
+
+def _private_imports(path: Path, name: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+            if node.module == "reconcilers":
+                names = [f"reconcilers.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found += [f"{name}:{node.lineno}: imports {n}" for n in names
+                  if n.startswith("reconcilers._")]
+    return found
+
+
+def _bench_and_soak_privates(paths, root: Path = APP.parent) -> list[str]:
+    found = []
+    for path in paths:
+        name = str(path.relative_to(root))
+        found += _private_imports(path, name)
+        if name not in ENGINE_MEASURES:
+            found += [f"{name}:{n}: {line.strip()}"
+                      for n, line in enumerate(path.read_text().splitlines(), 1)
+                      if _PRIVATE_FILE.search(line)]
+    return found
+
+
+def test_the_bench_and_the_soak_use_only_the_public_doors():
+    """Their apps, harnesses and checkers: ``reconcilers.api``, ``resources``, ``testing``,
+    ``conf``, Django's places (``reconcilers.models``) and the local stack (``devstack``)."""
+    assert len(BENCH_AND_SOAK) > 40, "the bench's and the soak's modules are found"
+    assert _bench_and_soak_privates(BENCH_AND_SOAK) == []
+
+
+def test_a_wing_imported_or_named_by_the_bench_or_the_soak_is_found(tmp_path):
+    planted = tmp_path / "bench" / "impls" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text('"""Reads the cache (reconcilers/_kube/cache.py)."""\n'
+                       "from reconcilers import _kube\n"
+                       "from reconcilers._base.vocab import GVR\n"
+                       "from reconcilers.api import GVR, Key\n"
+                       "import reconcilers._run.runner as runner\n"
+                       'TASK = "reconcilers._run.tasks.reconcile"\n')
+    found = _bench_and_soak_privates([planted], tmp_path)
+    assert sorted(int(p.split(":")[1]) for p in found) == [1, 2, 3, 3, 5, 5, 6]
+    # What measures the engine may name its files, never import its modules.
+    profile = tmp_path / "bench" / "profile.py"
+    profile.write_text('STAGES = [("claim", "claim (reconcilers/_queue/ledger.py")]\n'
+                       "from reconcilers._queue import ledger\n")
+    assert [p.split(":")[1] for p in _bench_and_soak_privates([profile], tmp_path)] == ["2"]
+
+
 # Each public door imported alone, in a program of its own, as an author's module or a
 # project's settings would import it.
 _IMPORT_ALONE = """

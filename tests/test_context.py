@@ -8,7 +8,7 @@ from kubernetes import client
 from reconcilers._queue import ledger
 from reconcilers._run import runner
 from reconcilers._base.reconcile import Key
-from reconcilers.api import Reconciler, Registry, register
+from reconcilers.api import Reconciler, ReconcilerRegistry, register
 from reconcilers.models import ReconcileRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GROUP, VERSION, PLURAL = "test.operator.local", "v1", "probes"
 
 
-def run_once(reg: Registry, name: str, namespace: str, reconciler: str):
+def run_once(reg: ReconcilerRegistry, name: str, namespace: str, reconciler: str):
     (d,) = ledger.enqueue([Key(reconciler, namespace, name)], "manual")
     return runner.run(str(d.key), d.token, registry=reg)
 
@@ -32,7 +32,7 @@ def probe(kube, namespace, probe_crds):
 
 def test_conditions_keep_their_transition_time_until_the_status_flips(probe, namespace,
                                                                       redis_client):
-    reg = Registry()
+    reg = ReconcilerRegistry()
     ready = {"value": False}
 
     @register(registry=reg)
@@ -61,7 +61,7 @@ def test_conditions_keep_their_transition_time_until_the_status_flips(probe, nam
 
 def test_a_status_write_from_a_stale_copy_conflicts_and_is_retried(kube, probe, namespace,
                                                                    redis_client):
-    reg = Registry()
+    reg = ReconcilerRegistry()
     api = client.CustomObjectsApi(kube)
 
     @register(registry=reg)
@@ -83,7 +83,7 @@ def test_a_status_write_from_a_stale_copy_conflicts_and_is_retried(kube, probe, 
 
 def test_create_or_update_writes_only_when_the_child_differs(kube, probe, namespace,
                                                              redis_client):
-    reg = Registry()
+    reg = ReconcilerRegistry()
     core = client.CoreV1Api(kube)
 
     @register(registry=reg)
@@ -109,7 +109,7 @@ def test_create_or_update_writes_only_when_the_child_differs(kube, probe, namesp
 
 
 def test_ctx_log_names_the_object_key(probe, namespace, redis_client, caplog):
-    reg = Registry()
+    reg = ReconcilerRegistry()
 
     @register(registry=reg)
     class Logs(Reconciler):
@@ -129,7 +129,7 @@ def test_ctx_log_names_the_object_key(probe, namespace, redis_client, caplog):
 def test_apply_removes_a_field_dropped_from_the_desired_state_and_keeps_other_owners(
         probe, namespace, kube, redis_client):
     """Server-side apply: what the reconciler stops wanting goes away; what others own stays."""
-    reg = Registry()
+    reg = ReconcilerRegistry()
     wanted = {"data": {"a": "1", "b": "2"}, "labels": {"tier": "web", "old": "yes"}}
 
     @register(registry=reg)
@@ -166,7 +166,7 @@ def test_apply_removes_a_field_dropped_from_the_desired_state_and_keeps_other_ow
 
 
 def test_apply_refuses_an_object_another_controller_owns(probe, namespace, kube, redis_client):
-    reg = Registry()
+    reg = ReconcilerRegistry()
 
     @register(registry=reg)
     class Applier(Reconciler):
@@ -187,7 +187,7 @@ def test_apply_refuses_an_object_another_controller_owns(probe, namespace, kube,
 
 def test_capability_actions_are_kept_with_the_run_and_a_repaired_child_counts_as_healed(
         probe, namespace, kube, redis_client):
-    reg = Registry()
+    reg = ReconcilerRegistry()
     report = {"action": "backup"}
 
     @register(registry=reg)

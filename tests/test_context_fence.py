@@ -105,7 +105,7 @@ def test_an_unfenced_context_writes_as_before(api, namespace):
 @pytest.mark.django_db(transaction=True)
 def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(api, probe, namespace, redis_client,
                                                           monkeypatch):
-    from reconcilers.api import Reconciler, Registry, register
+    from reconcilers.api import Reconciler, ReconcilerRegistry, register
     from reconcilers._base.conf import RunLimits
     from tests.test_context import GROUP, VERSION, run_once
 
@@ -118,7 +118,7 @@ def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(api, probe, namespace
         return real(api_, method, path, *args, **kwargs)
 
     monkeypatch.setattr(kube, "request", seen)
-    reg = Registry()
+    reg = ReconcilerRegistry()
 
     @register(registry=reg)
     class Status(Reconciler):

@@ -15,7 +15,7 @@ from reconcilers._base.reconcile import Key
 from reconcilers._watch.enqueuer import Enqueuer
 from reconcilers._watch.handlers import PRIMARY
 from reconcilers._watch.streams import build_streams
-from reconcilers.api import Owns, Reconciler, Registry
+from reconcilers.api import Owns, Reconciler, ReconcilerRegistry
 
 
 class PodLabeller(Reconciler):
@@ -57,7 +57,7 @@ def test_a_reconciler_is_named_after_its_resource_unless_it_declares_a_name():
 
 
 def test_two_reconcilers_of_one_kind_register_side_by_side():
-    registry = Registry()
+    registry = ReconcilerRegistry()
     for cls in (Pods, PodLabeller, PodReaper):
         registry.register(cls)
     assert registry.names() == ["pod-labeller", "pod-reaper", "pods"]
@@ -71,7 +71,7 @@ def test_a_second_class_under_a_taken_name_is_refused_naming_both():
         version, kind = "v1", "Pod"
         name = "pod-labeller"
 
-    registry = Registry()
+    registry = ReconcilerRegistry()
     registry.register(PodLabeller)
     with pytest.raises(AlreadyRegistered) as refused:
         registry.register(Copycat)
@@ -83,7 +83,7 @@ def test_a_second_reconciler_of_a_kind_without_a_name_is_told_to_give_one():
     class AlsoPods(Reconciler):
         version, kind = "v1", "Pod"
 
-    registry = Registry()
+    registry = ReconcilerRegistry()
     registry.register(Pods)
     with pytest.raises(AlreadyRegistered, match=r"Pods .*AlsoPods|AlsoPods .*Pods") as refused:
         registry.register(AlsoPods)
@@ -122,7 +122,7 @@ def test_two_reconcilers_of_one_kind_declaring_one_finalizer_are_refused_naming_
         def finalize(self, obj, ctx):
             return None
 
-    registry = Registry()
+    registry = ReconcilerRegistry()
     registry.register(PodLabeller)
     with pytest.raises(AlreadyRegistered, match="PodLabeller.*pods.core/pod-labeller") as refused:
         registry.register(Sharer)
@@ -137,7 +137,7 @@ def test_one_finalizer_declared_on_two_kinds_is_fine():
         def finalize(self, obj, ctx):
             return None
 
-    registry = Registry()
+    registry = ReconcilerRegistry()
     registry.register(PodLabeller)
     registry.register(Cleaner)
     assert registry.names() == ["pod-labeller", "services"]
@@ -207,7 +207,20 @@ def test_two_reconcilers_of_different_kinds_under_one_name_are_told_to_rename_on
         version, kind = "v1", "Service"
         name = "pod-labeller"
 
-    registry = Registry()
+    registry = ReconcilerRegistry()
     registry.register(PodLabeller)
     with pytest.raises(AlreadyRegistered, match="both named 'pod-labeller': rename one of them"):
         registry.register(ServiceLabeller)
+
+
+def test_the_old_name_of_the_reconciler_registry_imports_with_a_deprecation_warning():
+    """``reconcilers.api.Registry`` is ``ReconcilerRegistry`` for one release, named in a
+    warning and not exported by ``import *``."""
+    import reconcilers.api as api
+
+    with pytest.warns(DeprecationWarning, match=r"reconcilers\.api\.ReconcilerRegistry"):
+        from reconcilers.api import Registry as old
+    assert old is api.ReconcilerRegistry
+    assert "Registry" not in api.__all__
+    with pytest.raises(AttributeError, match="Registri"):
+        api.Registri

@@ -14,7 +14,7 @@ from django.db import connection
 from kubernetes import client
 
 from reconcilers._run import replay
-from reconcilers.api import Reconciler, Registry, register
+from reconcilers.api import Reconciler, ReconcilerRegistry, register
 from reconcilers.models import ReconcileRecord, RunInputs
 from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
 
@@ -47,7 +47,7 @@ def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
     core = client.CoreV1Api(kube)
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "sizing"},
                                                   "data": {"replicas": "three"}})
-    buggy = Registry()
+    buggy = ReconcilerRegistry()
     register(registry=buggy)(_reconciler(fixed=False))
     name = _reconciler(False).name()
 
@@ -63,7 +63,7 @@ def test_a_failed_run_replayed_with_the_fix_succeeds_and_sends_nothing(
     core.patch_namespaced_config_map("sizing", namespace, {"data": {"replicas": "nine"}})
 
     # The fix, replayed: success, and the writes it would make - none of them sent.
-    fixed = Registry()
+    fixed = ReconcilerRegistry()
     register(registry=fixed)(_reconciler(fixed=True))
     result = replay.replay(record.pk, registry=fixed)
     assert (result.recorded_outcome, result.outcome) == ("error", "success"), result.report()
@@ -108,7 +108,7 @@ def test_a_replay_is_the_runners_own_attempt_as_the_recorded_run_was(
     monkeypatch.setattr(call, "attempt", seen)
     client.CoreV1Api(kube).create_namespaced_config_map(
         namespace, {"metadata": {"name": "sizing"}, "data": {"replicas": "three"}})
-    buggy = Registry()
+    buggy = ReconcilerRegistry()
     register(registry=buggy)(_reconciler(fixed=False))
 
     report = run_once(buggy, "p", namespace, _reconciler(False).name())  # a worker's run
@@ -149,7 +149,7 @@ class _KindsOwn(Reconciler):
 def test_a_run_of_a_second_reconciler_of_a_kind_replays_its_own_code(
         kube, probe, namespace, redis_client, settings):  # noqa: F811
     settings.RECONCILERS_RECORD_INPUTS = "failed"
-    buggy, fixed = Registry(), Registry()
+    buggy, fixed = ReconcilerRegistry(), ReconcilerRegistry()
     for registry, auditor in ((buggy, _auditor(False)), (fixed, _auditor(True))):
         register(registry=registry)(_KindsOwn)
         register(registry=registry)(auditor)
@@ -194,7 +194,7 @@ def _failed_run_that_read_a_secret(kube, namespace) -> tuple[int, list[str]]:
         "metadata": {"name": "credentials", "annotations": {
             "kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied)}},
         "data": {"password": encoded}})
-    buggy = Registry()
+    buggy = ReconcilerRegistry()
     register(registry=buggy)(_copier(fixed=False))
     report = run_once(buggy, "p", namespace, _copier(False).name())
     record = ReconcileRecord.objects.get(pk=report.record_id)
@@ -242,7 +242,7 @@ def test_a_regression_test_of_a_run_that_read_a_secret_holds_no_value_and_replay
     assert "'password': '<redacted>'" in source
 
     # Code that reads the Secret's keys replays on them: the fix succeeds, the bug still fails.
-    fixed, buggy = Registry(), Registry()
+    fixed, buggy = ReconcilerRegistry(), ReconcilerRegistry()
     register(registry=fixed)(_copier(fixed=True))
     register(registry=buggy)(_copier(fixed=False))
     module: dict = {}
@@ -259,7 +259,7 @@ def test_successful_runs_keep_nothing_by_default_and_the_command_says_why(
     settings.RECONCILERS_RECORD_INPUTS = "failed"
     client.CoreV1Api(kube).create_namespaced_config_map(
         namespace, {"metadata": {"name": "sizing"}, "data": {"replicas": "2"}})
-    reg = Registry()
+    reg = ReconcilerRegistry()
     register(registry=reg)(_reconciler(fixed=False))
     report = run_once(reg, "p", namespace, _reconciler(False).name())
     assert ReconcileRecord.objects.get(pk=report.record_id).outcome == "success"

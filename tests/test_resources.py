@@ -10,14 +10,14 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 
 from reconcilers.resources import (
-    PrinterColumn, Registry, Resource, Scale, Version, crd, fields, render,
+    PrinterColumn, KindRegistry, Resource, Scale, Version, crd, fields, render,
 )
 from reconcilers.resources.fields import QUANTITY_PATTERN, camel_case
 
 
 @pytest.fixture
-def registry() -> Registry:
-    return Registry()
+def registry() -> KindRegistry:
+    return KindRegistry()
 
 
 def schema_of(field: fields.Field) -> dict:
@@ -189,7 +189,7 @@ class WidgetStatus(fields.Object):
     port = Port()
 
 
-def declare(registry: Registry, **meta) -> type[Resource]:
+def declare(registry: KindRegistry, **meta) -> type[Resource]:
     meta.setdefault("registry", registry)
 
     class Widget(Resource):
@@ -254,7 +254,7 @@ def test_schema_has_spec_status_and_required_spec(registry):
 
 def test_status_subresource_is_on_when_a_status_is_declared(registry):
     assert crd(declare(registry))["spec"]["versions"][0]["subresources"] == {"status": {}}
-    off = crd(declare(Registry(), status_subresource=False))
+    off = crd(declare(KindRegistry(), status_subresource=False))
     assert "subresources" not in off["spec"]["versions"][0]
 
 
@@ -265,9 +265,9 @@ def test_scale_subresource_resolves_python_paths(registry):
         "specReplicasPath": ".spec.size", "statusReplicasPath": ".status.readyReplicas",
         "labelSelectorPath": ".status.selector"}
     with pytest.raises(ImproperlyConfigured, match="Integer"):
-        declare(Registry(), scale=Scale("spec.owner_name", "status.replicas"))
+        declare(KindRegistry(), scale=Scale("spec.owner_name", "status.replicas"))
     with pytest.raises(ImproperlyConfigured, match="Integer"):
-        declare(Registry(), scale=Scale("spec.size", "status.ratio"))
+        declare(KindRegistry(), scale=Scale("spec.size", "status.ratio"))
 
 
 def test_printer_columns_derive_type_path_and_description_from_fields(registry):
@@ -317,7 +317,7 @@ def test_several_versions_one_storage_with_deprecation(registry):
         spec = WidgetSpec()
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
 
     versions = crd(Gadget)["spec"]["versions"]
     assert [(v["name"], v["served"], v["storage"]) for v in versions] == [
@@ -352,7 +352,7 @@ def test_rendering_twice_gives_identical_bytes(registry):
     widget = declare(registry, printer_columns=[PrinterColumn.age()],
                      scale=Scale("spec.size", "status.replicas"))
     assert render(widget).encode() == render(widget).encode()
-    assert render(widget) == render(declare(Registry(), printer_columns=[PrinterColumn.age()],
+    assert render(widget) == render(declare(KindRegistry(), printer_columns=[PrinterColumn.age()],
                                             scale=Scale("spec.size", "status.replicas")))
 
 
@@ -518,7 +518,7 @@ def test_the_object_version_picks_the_schema(registry):
         spec = WidgetSpec()
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
 
     old = Gadget({"apiVersion": "gadgets.example.com/v1alpha1", "spec": {"ownerName": "x"}})
     new = Gadget({"apiVersion": "gadgets.example.com/v1", "spec": {"colour": "blue"}})
@@ -541,3 +541,16 @@ def test_the_sample_foo_validates_what_upstream_leaves_to_the_controller():
     foo = Foo({"spec": {"deploymentName": "example-foo"}})
     foo.status.available_replicas = 1
     assert foo.status_patch() == {"status": {"availableReplicas": 1}}
+
+
+def test_the_old_name_of_the_kind_registry_imports_with_a_deprecation_warning():
+    """``reconcilers.resources.Registry`` is ``KindRegistry`` for one release, named in a
+    warning and not exported by ``import *``."""
+    import reconcilers.resources as resources
+
+    with pytest.warns(DeprecationWarning, match=r"reconcilers\.resources\.KindRegistry"):
+        from reconcilers.resources import Registry as old
+    assert old is resources.KindRegistry
+    assert "Registry" not in resources.__all__
+    with pytest.raises(AttributeError, match="Registri"):
+        resources.Registri

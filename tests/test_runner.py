@@ -11,7 +11,7 @@ from kubernetes import client
 from reconcilers._queue import ledger
 from reconcilers._run import runner
 from reconcilers._base.reconcile import Claim, Key
-from reconcilers.api import Reconciler, Registry, register
+from reconcilers.api import Reconciler, ReconcilerRegistry, register
 from reconcilers.models import ReconcileRecord, WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,7 +21,7 @@ GROUP, VERSION, PLURAL = "test.operator.local", "v1", "probes"
 
 @pytest.fixture
 def reg():
-    return Registry()
+    return ReconcilerRegistry()
 
 
 def enqueue(name: str, reconciler: str, ns: str):
@@ -37,7 +37,7 @@ def make_probe(kube, ns, name, **spec):
 
 def test_a_key_of_an_unknown_reconciler_is_recorded_as_permanent(redis_client):
     key, token = enqueue("x", "widgets.nowhere.example.com", "ns")
-    report = runner.run(key, token, registry=Registry())
+    report = runner.run(key, token, registry=ReconcilerRegistry())
     assert report.outcome == "permanent" and report.follow_up is None
     record = ReconcileRecord.objects.get()
     assert "no reconciler named 'widgets.nowhere.example.com'" in record.error_message
@@ -347,7 +347,8 @@ def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_cl
     first = enqueue("before", "widgets.nowhere.example.com", "ns")
     key, token = enqueue("after", "widgets.nowhere.example.com", "ns")
     runner._checked.at = float("-inf")
-    assert runner.run(*first, registry=Registry()).outcome == "permanent"  # checked just now
+    # its connection checked just now
+    assert runner.run(*first, registry=ReconcilerRegistry()).outcome == "permanent"
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
@@ -355,7 +356,7 @@ def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_cl
     with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"},
                          autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
-    report = runner.run(key, token, registry=Registry())
+    report = runner.run(key, token, registry=ReconcilerRegistry())
     assert report.outcome == "permanent" and not report.dropped
     assert "retrying on a new one" in caplog.text
 

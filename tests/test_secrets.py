@@ -10,7 +10,7 @@ import pytest
 from reconcilers._kube import cache, kube as door
 from reconcilers._watch.enqueuer import Enqueuer
 from reconcilers._watch.streams import build_streams
-from reconcilers.api import Owns, Reconciler, Registry, register
+from reconcilers.api import Owns, Reconciler, ReconcilerRegistry, register
 from reconcilers._base.vocab import GVR
 from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
 
@@ -22,7 +22,7 @@ SECRETS = GVR.of("v1", "Secret")
 def test_an_owned_secret_is_read_with_its_data_and_written_only_when_it_changes(
         kube, probe, namespace, redis_client, settings):  # noqa: F811
     settings.RECONCILERS_NAMESPACES = namespace
-    reg = Registry()
+    reg = ReconcilerRegistry()
     seen: list[tuple[dict | None, int]] = []
 
     @register(registry=reg)

@@ -205,3 +205,54 @@ def test_without_an_audit_log_the_checks_on_it_are_not_run_and_nothing_passes():
     checks = check.history_checks({"ran": False, "why not": "no audit log"}, [_fault()])
     assert [v for v in checks.values() if v is None] and not check.verdict(checks, {})
     assert not check.verdict({"a": True}, {"the ledger": False})  # secondary can fail a run
+
+
+def test_the_checker_reads_convergence_from_the_cluster_with_the_official_client(
+        kube, namespace, stack, monkeypatch):
+    """Against the api-server, through the ``kubernetes`` client from ``KUBECONFIG`` (none of
+    the operator's code): a converged object passes; a status behind its spec, a child
+    missing, a child not wanted and a deleted object's child left over are each found."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from kubernetes import client
+
+    from reconcilers._authoring import crds
+
+    crds.apply_manifest(kube, Path(check.__file__).parent / "soakapp" / "crds"
+                        / "soakitems.soak.operator.local.yaml")
+    items, core = client.CustomObjectsApi(kube), client.CoreV1Api(kube)
+
+    def item(name: str, value: int, children: int, status: dict) -> None:
+        items.create_namespaced_custom_object(
+            "soak.operator.local", "v1", namespace, "soakitems",
+            {"apiVersion": "soak.operator.local/v1", "kind": "SoakItem",
+             "metadata": {"name": name}, "spec": {"value": value, "children": children}})
+        items.patch_namespaced_custom_object_status(
+            "soak.operator.local", "v1", namespace, "soakitems", name,
+            {"status": {"observedGeneration": 1, "note": "n1", **status}})
+
+    def child(name: str, value: int) -> None:
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name},
+                                                      "data": {"value": str(value)}})
+
+    item("done", 3, 1, {"value": 3, "children": 1})
+    child("done-0", 3)
+    soak = SimpleNamespace(ns=[namespace], note="n1", deleted=[])
+    monkeypatch.setenv("KUBECONFIG", str(stack.kubeconfig))
+    api = check.cluster()
+    try:
+        assert check.unconverged(soak, api) == []
+        item("behind", 2, 0, {"value": 1, "children": 0})
+        item("short", 2, 2, {"value": 2, "children": 2})
+        child("short-0", 2)
+        item("extra", 2, 0, {"value": 2, "children": 0})
+        child("extra-1", 2)
+        child("gone-0", 1)
+        soak.deleted = [(namespace, "gone")]
+        found = check.unconverged(soak, api)
+    finally:
+        api.close()
+    assert sorted(p.split()[0].rstrip(":") for p in found) == [
+        f"{namespace}/behind", f"{namespace}/extra-1", f"{namespace}/gone",
+        f"{namespace}/short-1"]

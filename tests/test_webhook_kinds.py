@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from reconcilers._webhooks import admission, registration
 from reconcilers.api import ValidationError, Webhook
-from reconcilers.resources import Registry, Resource, fields
+from reconcilers.resources import KindRegistry, Resource, fields
 
 
 class DeploymentPolicy(Webhook):
@@ -65,7 +65,7 @@ class Keepsake(Resource):
 
 @pytest.fixture
 def registered(monkeypatch):
-    kinds, resources = Registry(), Registry()
+    kinds, resources = KindRegistry(), KindRegistry()
     kinds.register(DeploymentPolicy)
     kinds.register(PodDeletions)
     resources.register(Keepsake)
@@ -172,7 +172,7 @@ def test_a_webhook_class_on_a_kind_a_resource_declares_is_refused(monkeypatch):
         def validate(self, old, request):
             return []
 
-    kinds, resources = Registry(), Registry()
+    kinds, resources = KindRegistry(), KindRegistry()
     kinds.register(Keepsakes)
     resources.register(Keepsake)
     monkeypatch.setattr(admission, "webhook_registry", kinds)

@@ -7,7 +7,8 @@ large-install layout (a process per concurrent run, a separate beat).
 Run with ``DJANGO_SETTINGS_MODULE=bench.settings`` (the project's settings plus the bench-only
 ``BenchItem`` app), against the bench's own database and Redis db number, ``DEBUG`` off and
 logging at WARNING (no per-task log lines - the peers log nothing per reconcile either).
-Everything else is the project's defaults (``reconcilers/_base/conf.py``), listed by ``describe()``.
+Everything else is the project's defaults (``docs/running/configuration.md``), listed by
+``describe()``.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ class ThisProject(Impl):
     def _watcher(self, env: dict[str, str]) -> Proc:
         return self.spawn("watcher", [sys.executable, "manage.py", "watch", RECONCILER], env)
 
-    # The lines the watcher writes as it starts (``reconcilers/_watch/lifecycle.py``): the
-    # relist times them to show where a restart's time goes.
+    # The lines the watcher logs as it starts (``manage.py watch``: what it watches, then its
+    # term as leader): the relist times them to show where a restart's time goes.
     startup_lines = ("watching ", "leading: starting streams")
 
     def restart_watcher(self, trace: Path, sleep_ms: int = 0) -> None:
@@ -194,7 +195,7 @@ class ThisProject(Impl):
                 "reconciler": "predicates=[generation_changed], resync_period=0, "
                               "ctx.patch_status({'value': spec.value}) (merge patch with "
                               "resourceVersion; skipped when status already matches)",
-                "RECONCILERS_*": "defaults (reconcilers/_base/conf.py): leader election on "
+                "RECONCILERS_*": "defaults (docs/running/configuration.md): leader election on "
                                  "(Lease 'bench-<database>'), LIST page 500, enqueue "
                                  "batch 1000, lease 60 s, reaper every 10 s",
                 "database": "its own (operator_bench), CONN_MAX_AGE 60",

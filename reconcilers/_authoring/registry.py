@@ -1,7 +1,7 @@
 """Which reconcilers exist: ``@register`` puts a class here; autodiscovery imports user modules.
 
 Like ``admin.site``: a default registry that ``AppConfig.ready()`` fills by importing every
-installed app's ``reconcilers`` module, and an injectable ``Registry`` for tests.
+installed app's ``reconcilers`` module, and an injectable ``ReconcilerRegistry`` for tests.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ class NotRegistered(KeyError):
     pass
 
 
-class Registry:
+class ReconcilerRegistry:
+    """Registered reconciler classes by name, and one instance of each."""
+
     def __init__(self) -> None:
         self._classes: dict[str, type[Reconciler]] = {}
         self._instances: dict[str, Reconciler] = {}
@@ -102,10 +104,10 @@ def _path(cls: type[Reconciler]) -> str:
 # The default registry, as Django's ``admin.site``: ``@register`` fills it while the app's
 # ``ready()`` imports authors' modules (``autodiscover``, one thread, at start-up), and every
 # thread reads it after. Module level so a decorator needs no argument; tests pass their own.
-registry = Registry()
+registry = ReconcilerRegistry()
 
 
-def register(cls: R | None = None, *, registry: Registry | None = None):
+def register(cls: R | None = None, *, registry: ReconcilerRegistry | None = None):
     """Class decorator: ``@register`` or ``@register(registry=my_registry)``; returns the class."""
     target = registry if registry is not None else globals()["registry"]
 

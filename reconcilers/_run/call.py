@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from reconcilers._authoring.reconciler import Reconciler
-from reconcilers._authoring.registry import Registry
+from reconcilers._authoring.registry import ReconcilerRegistry
 from reconcilers._base.conf import Backoff
 from reconcilers._base.reconcile import Decision, Key, Outcome, PermanentError, Result
 from reconcilers._kube import cache, kube
@@ -113,7 +113,7 @@ class Attempt:
     error: BaseException | None
 
 
-def attempt(key: Key, cls: type[Reconciler] | None, registry: Registry, *, attempts: int,
+def attempt(key: Key, cls: type[Reconciler] | None, registry: ReconcilerRegistry, *, attempts: int,
             backoff: Backoff, api: kube.ApiClient | None = None,
             fence: Callable[[], None] | None = None, triggers: Sequence[str] = (),
             reads: Callable[[Lister], Lister] | None = None) -> Attempt:

@@ -7,7 +7,8 @@ default for failed runs. ``replay(record_id)`` (``manage.py replay <id>``, the a
 attempt (``call.attempt``: the same read of the object, call, exception capture, status
 write and decision as a worker's run): reads are answered from the record, and writes are
 captured, never sent - nothing reaches the api-server or the cache. The outcome and writes
-come back beside the recorded run's, to see what a fix changes. ``reconcilers.testing.replay_inputs`` runs the same on inputs a test keeps, and
+come back beside the recorded run's, to see what a fix changes.
+``reconcilers.testing.replay_inputs`` runs the same on inputs a test keeps, and
 ``regression_test`` writes such a test from a record.
 
 A read the replayed code makes that the recorded run did not (the fix reads something new)
@@ -30,7 +31,7 @@ from reconcilers._run.inputs import writes_of
 from reconcilers._base.conf import settings
 from reconcilers._kube.lister import Lister
 from reconcilers.models import ReconcileRecord, RunInputs
-from reconcilers._authoring.registry import Registry, registry as default_registry
+from reconcilers._authoring.registry import ReconcilerRegistry, registry as default_registry
 from reconcilers._base.reconcile import Key
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class NotReplayable(LookupError):
     """A run without kept inputs, or whose reconciler is no longer registered."""
 
 
-def replay(record_id: int, registry: Registry | None = None) -> Replayed:
+def replay(record_id: int, registry: ReconcilerRegistry | None = None) -> Replayed:
     """Run the current code of record ``record_id``'s reconciler on its kept inputs."""
     record = ReconcileRecord.objects.filter(pk=record_id).first()
     inputs = RunInputs.objects.filter(record_id=record_id).first()
@@ -103,7 +104,7 @@ class _Outcome:
     obj: dict | None
 
 
-def replay_inputs(inputs: dict, registry: Registry | None = None) -> _Outcome:
+def replay_inputs(inputs: dict, registry: ReconcilerRegistry | None = None) -> _Outcome:
     """Run the current code on ``inputs`` (``inputs_of``'s shape): reads from them, writes
     captured. The run is the runner's own (``call.attempt``), on an api that answers from
     the inputs: what a worker does for a key, a replay does."""

@@ -43,7 +43,8 @@ from reconcilers._queue.decision import decide
 from reconcilers._base.reconcile import Claim, Decision, Dispatch, Key, LeaseLost, Outcome, Trigger
 from reconcilers._queue.workqueue import ClaimRequest
 from reconcilers._run.evidence import HEALED, new_evidence
-from reconcilers._authoring.registry import NotRegistered, Registry, registry as default_registry
+from reconcilers._authoring.registry import (NotRegistered, ReconcilerRegistry,
+                                          registry as default_registry)
 from reconcilers._authoring.reconciler import Reconciler
 from reconcilers._base.vocab import utcnow
 
@@ -70,7 +71,7 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run(key_text: str, token: int, *, registry: Registry | None = None,
+def run(key_text: str, token: int, *, registry: ReconcilerRegistry | None = None,
         worker: str | None = None, task_id: str = "",
         soft_limit_error: type[BaseException] | None = None) -> RunReport:
     """Process one message ``(key, token)`` here and now; never raises for anything user code
@@ -85,7 +86,7 @@ class Job:
 
     key: Key
     token: int
-    registry: Registry
+    registry: ReconcilerRegistry
     worker: str
     task_id: str
     # What the worker raises in user code at the run's soft limit - the task layer passes
@@ -117,7 +118,7 @@ class Job:
                             RunLimits.of(cls and cls.timeout).lease)
 
 
-def _class_of(registry: Registry, key: Key) -> type[Reconciler] | None:
+def _class_of(registry: ReconcilerRegistry, key: Key) -> type[Reconciler] | None:
     try:
         return registry.get_class(key.reconciler)
     except NotRegistered:
@@ -148,7 +149,7 @@ def in_progress() -> dict[str, int]:
 
 
 def run_many(items: Sequence[tuple[str, int] | tuple[str, int, str]], *,
-             registry: Registry | None = None, worker: str | None = None,
+             registry: ReconcilerRegistry | None = None, worker: str | None = None,
              soft_limit_error: type[BaseException] | None = None) -> list[RunReport]:
     """The ``(key, token)`` pairs of one message carrying several (or one; a third value is
     the task id when it is not ``<key>#<token>``): each run as ``run`` runs a message of its

@@ -52,7 +52,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from reconcilers._kube import kube
 from reconcilers._kube.lister import Lister
-from reconcilers.resources import Registry, default_registry
+from reconcilers.resources import KindRegistry, default_registry
 from reconcilers.resources.typed import MetadataView
 from reconcilers._base.vocab import plural as plural_of
 
@@ -126,7 +126,7 @@ class KindMeta:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-webhook_registry = Registry()  # Webhook classes, by KindMeta.crd_name
+webhook_registry = KindRegistry()  # Webhook classes, by KindMeta.crd_name
 
 
 class Webhook:

@@ -12,33 +12,15 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=go-build.sh
+source "$here/go-build.sh"
 
-cache_root="${OPERATOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/django-crd-operator}"
 bin="$cache_root/bundle-validator/$OPERATOR_FRAMEWORK_API_VERSION/bundle-validator"
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-mkdir -p "$cache_root"
-exec 9>"$cache_root/.build-bundle-validator.lock"
-flock 9
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-GO="$("$here/ensure-go.sh")"
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+work="$cache_root/bundle-validator/build-$OPERATOR_FRAMEWORK_API_VERSION"
+go_build_begin "$bin" build-bundle-validator "$work"
 
 echo "[build-bundle-validator] building against operator-framework/api" \
   "$OPERATOR_FRAMEWORK_API_VERSION (cold build: a few minutes on 2 cores)" >&2
-work="$cache_root/bundle-validator/build-$OPERATOR_FRAMEWORK_API_VERSION"
-rm -rf "$work" && mkdir -p "$work" "$(dirname "$bin")"
 # The module's own go directive is the lowest Go that builds it.
 api_go="$("$GO" mod download -json "github.com/operator-framework/api@$OPERATOR_FRAMEWORK_API_VERSION" \
   | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' | xargs sed -n 's/^go \(.*\)$/\1/p')"
@@ -127,7 +109,5 @@ func main() {
 	fmt.Printf("OK: %s (package %s, channels %v)\n", bundle.Name, bundle.Package, bundle.Channels)
 }
 GO
-(cd "$work" && "$GO" build -trimpath -ldflags "-s -w" -o "$bin.tmp" .)
-mv "$bin.tmp" "$bin"
-rm -rf "$work"
-echo "$bin"
+(cd "$work" && "$GO" build -trimpath -ldflags "-s -w" -o "$work/bundle-validator" .)
+go_build_end "$work/bundle-validator"

@@ -7,34 +7,14 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=go-build.sh
+source "$here/go-build.sh"
 
-cache_root="${OPERATOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/django-crd-operator}"
 bin="$cache_root/toxiproxy/$TOXIPROXY_VERSION/toxiproxy-server"
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-mkdir -p "$cache_root"
-exec 9>"$cache_root/.build-toxiproxy.lock"
-flock 9
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-GO="$("$here/ensure-go.sh")"
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+work="$cache_root/toxiproxy/build-$TOXIPROXY_VERSION"
+go_build_begin "$bin" build-toxiproxy "$work"
 
 echo "[build-toxiproxy] building toxiproxy $TOXIPROXY_VERSION" >&2
-work="$cache_root/toxiproxy/build-$TOXIPROXY_VERSION"
-rm -rf "$work" && mkdir -p "$work" "$(dirname "$bin")"
 GOBIN="$work" "$GO" install -trimpath -ldflags "-s -w" \
   "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
-mv "$work/server" "$bin"
-rm -rf "$work"
-echo "$bin"
+go_build_end "$work/server"

@@ -12,15 +12,29 @@ status patch), ``crd`` (CRD dict and deterministic YAML), ``registry`` (declared
 apply, the only one that talks to the api-server).
 """
 
+import warnings
+
 from . import fields
 from .apply import NotEstablished, apply_crds
 from .base import Resource
 from .crd import crd, render
 from .options import PrinterColumn, Scale, Version
-from .registry import Registry, autodiscover, default_registry
+from .registry import KindRegistry, autodiscover, default_registry
 
 __all__ = [
     "Resource", "fields", "Version", "PrinterColumn", "Scale",
-    "Registry", "default_registry", "autodiscover",
+    "KindRegistry", "default_registry", "autodiscover",
     "crd", "render", "apply_crds", "NotEstablished",
 ]
+
+# Old names still importable for one release, each with a warning naming its successor.
+_RENAMED = {"Registry": "KindRegistry"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"reconcilers.resources.{name} is renamed reconcilers.resources.{new}; "
+                      f"the old name goes in the next release", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from .field import Field, camel_case
 from .fields import Integer, Object
 
 if TYPE_CHECKING:
-    from .registry import Registry
+    from .registry import KindRegistry
 
 # A ``Resource`` subclass. Named by alias, not imported: ``base`` imports this module.
 ResourceClass = type
@@ -150,7 +150,7 @@ class Options:
     description: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
-    registry: Registry | None = field(default=None, compare=False, repr=False)
+    registry: KindRegistry | None = field(default=None, compare=False, repr=False)
     # Where the api-server reaches the conversion webhook: namespace, Service, port.
     webhook_service: tuple[str, str, int] = ("django-crd-operator",
                                              "django-crd-operator-webhook", 443)
@@ -182,7 +182,7 @@ class Options:
 
 
 def build_options(resource: ResourceClass, meta: type | None,
-                  default_registry: Registry) -> Options:
+                  default_registry: KindRegistry) -> Options:
     """Validate a resource's declaration into its ``Options``."""
     def opt(name: str, default: Any = None) -> Any:
         return getattr(meta, name, default) if meta is not None else default

@@ -1,7 +1,7 @@
 """Where declared resources are found: a registry keyed by CRD name, and autodiscovery.
 
 A ``Resource`` subclass registers itself on definition into ``Meta.registry`` (by default
-``default_registry``). Tests inject their own ``Registry()`` through ``Meta.registry`` or
+``default_registry``). Tests inject their own ``KindRegistry()`` through ``Meta.registry`` or
 ``clear()`` one, so a test's declarations never leak into another's.
 """
 
@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 # A ``Resource`` subclass. Named by alias, not imported: ``base`` imports this module.
 ResourceClass = type
 
-__all__ = ["Registry", "default_registry", "autodiscover", "app_of"]
+__all__ = ["KindRegistry", "default_registry", "autodiscover", "app_of"]
 
 
-class Registry:
+class KindRegistry:
     """Declared resources by ``<plural>.<group>``, iterated in name order (stable output)."""
 
     def __init__(self) -> None:
@@ -103,4 +103,4 @@ def autodiscover() -> None:
 # The default registry, as Django's ``admin.site``: filled while ``autodiscover`` imports the
 # apps' ``resources`` modules (the app's ``ready()``, one thread, at start-up), read by every
 # thread after. Module level so a class needs no argument to register; tests pass their own.
-default_registry = Registry()
+default_registry = KindRegistry()

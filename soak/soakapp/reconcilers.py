@@ -1,8 +1,9 @@
 """``SoakItem``: keeps ``spec.children`` ConfigMaps holding ``spec.value``, and writes what the
 soak's checker needs to judge it from outside the operator.
 
-Every run writes its object at least twice, each write named by the run's identity (the one
-its api-server calls carry in their User-Agent, so the audit log names it too):
+Every run writes its object at least twice, each write named by an identity the run makes for
+itself (fresh per attempt; the audit log knows the run by the one the operator puts in the
+User-Agent of its calls, and needs none of the object's):
 
 - **begin**, first of all: a JSON patch of the object that *tests* ``metadata.generation``
   against the copy the run read and records the run in the annotation ``RUN_ANNOTATION``.
@@ -33,19 +34,16 @@ spans of one key intersect; the blocks are the evidence that the blocking fault 
 from __future__ import annotations
 
 import os
-import re
 import time
 import uuid
 
 from django.conf import settings
 
-from reconcilers._kube import kube
 from reconcilers.api import ApiError, Owns, Reconciler, TemporaryError, predicates, register
 
 MAX_CHILDREN = 4
 RUN_ANNOTATION = "soak.operator.local/run"
 JSON_PATCH = "application/json-patch+json"
-_RUN = re.compile(r"\(run ([^)\s]+)\)")
 
 
 def _trace(kind: str, key: str, run: str, at: float | None = None) -> None:
@@ -63,10 +61,8 @@ def _rv(obj: dict | None) -> str | None:
 
 
 def run_identity() -> str:
-    """The identity this run's api-server calls carry (``(run <identity>)`` in their
-    User-Agent, unique per attempt); a made-up one outside a worker's run (a unit test)."""
-    found = _RUN.search(kube.user_agent())
-    return found.group(1) if found else f"local-{uuid.uuid4().hex[:10]}"
+    """A name for this attempt, unique across processes: each call of ``reconcile`` is one."""
+    return uuid.uuid4().hex[:12]
 
 
 def begin(ctx, run: str) -> dict:

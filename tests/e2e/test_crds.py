@@ -20,7 +20,7 @@ from kubernetes import client
 
 from reconcilers._kube import kube as kube_module
 from reconcilers.resources import (
-    PrinterColumn, Registry, Resource, Scale, Version, apply_crds, fields,
+    PrinterColumn, KindRegistry, Resource, Scale, Version, apply_crds, fields,
 )
 from reconcilers.resources.apply import CRD_PATH
 from tests.helpers import wait_for
@@ -137,7 +137,7 @@ def kitchen(kube) -> Iterator[type[Resource]]:
         status = KitchenStatus()
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
             printer_columns = [PrinterColumn("Size", "spec.size"),
                                PrinterColumn("Ready", "status.ready"), PrinterColumn.age()]
 
@@ -287,7 +287,7 @@ def test_the_scale_subresource_reads_and_writes_spec_replicas(kube, namespace, i
         status = ScaledStatus()
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
             scale = Scale("spec.replicas", "status.replicas", "status.selector")
 
     installed(Scaled)
@@ -307,7 +307,7 @@ class VersionedSpec(fields.Object):
     owner = fields.String()
 
 
-def versioned(versioned_group: str, injected: Registry) -> type[Resource]:
+def versioned(versioned_group: str, injected: KindRegistry) -> type[Resource]:
     class Versioned(Resource):
         group = versioned_group
         versions = [
@@ -324,7 +324,7 @@ def versioned(versioned_group: str, injected: Registry) -> type[Resource]:
 
 def test_objects_written_through_either_version_read_back_through_both(
         kube, namespace, installed):
-    resource = versioned(unique_group(), Registry())
+    resource = versioned(unique_group(), KindRegistry())
     installed(resource)
     meta = resource._meta
     create(kube, resource, namespace, "old", {"size": 1, "owner": "a"}, version="v1alpha1")
@@ -345,7 +345,7 @@ def test_objects_written_through_either_version_read_back_through_both(
     assert stored["spec"]["conversion"] == {"strategy": "None"}
 
 
-def converting(converting_group: str, injected: Registry) -> type[Resource]:
+def converting(converting_group: str, injected: KindRegistry) -> type[Resource]:
     class HubSpec(fields.Object):
         size = fields.Integer()
 
@@ -380,7 +380,7 @@ def test_the_watcher_leaves_a_converting_crd_alone_while_nobody_serves_its_webho
     from reconcilers._authoring import crds
     from reconcilers.resources.crd import crd
 
-    resource = converting(unique_group(), Registry())
+    resource = converting(unique_group(), KindRegistry())
     manifest = crd(resource)
     name = manifest["metadata"]["name"]
     service = manifest["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
@@ -408,7 +408,7 @@ def test_a_crd_that_stops_converting_drops_the_registration_another_manager_made
     webhook registration another field manager made - ``webhook serve --register``, or an
     operator by hand - and leaves a kind every version of which lists."""
     group = unique_group()
-    old = converting(group, Registry())
+    old = converting(group, KindRegistry())
     installed(old)
     kube_module.request(kube, "PATCH", f"{CRD_PATH}/{old._meta.crd_name}", {"spec": {
         "conversion": {"strategy": "Webhook", "webhook": {
@@ -445,7 +445,7 @@ def gizmo(gizmo_group: str, maximum: int) -> type[Resource]:
         spec = GizmoSpec()
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
 
     return Gizmo
 
@@ -626,7 +626,7 @@ def test_cel_rules_and_immutable_fields_are_enforced_by_the_api_server(kube, nam
                                             field_path=".low")])
 
         class Meta:
-            registry = Registry()
+            registry = KindRegistry()
 
     installed(Ranged)
     schema = read_crd(kube, Ranged)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
