@@ -675,3 +675,24 @@ class Outcome(str):
 """
     assert _word_definitions(planted) == ["module:1: imports Claim from reconcilers._queue.ledger",
                                           "module:6: defines Outcome"]
+
+
+# A module past this many lines holds more than one idea more often than not: split it where
+# the ideas part (the ledger's transitions from its reaper; ``ctx`` from its reads).
+MAX_LINES = 450
+
+
+def _too_long(paths: dict[str, Path]) -> list[str]:
+    return [f"{name}: {n} lines" for name, path in sorted(paths.items())
+            if (n := len(path.read_text().splitlines())) > MAX_LINES]
+
+
+def test_no_module_passes_the_line_limit():
+    assert _too_long(_modules()) == []
+
+
+def test_a_module_past_the_line_limit_is_found(tmp_path):
+    long, short = tmp_path / "long.py", tmp_path / "short.py"
+    long.write_text("x = 1\n" * (MAX_LINES + 1))
+    short.write_text("x = 1\n" * MAX_LINES)
+    assert _too_long({"long": long, "short": short}) == [f"long: {MAX_LINES + 1} lines"]
