@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ARTIFACTS
+from tests.fixtures import ARTIFACTS
 from tests.helpers import REPO
 from soak import audit, check, report
 

@@ -20,7 +20,7 @@ from reconcilers._run import health as worker_health
 from reconcilers._watch import health as watcher
 from reconcilers._web import health as web
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

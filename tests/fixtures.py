@@ -1,5 +1,9 @@
 """The fixture layer: real services only.
 
+A pytest plugin, registered once for every test directory (``-p tests.fixtures`` in
+pyproject's ``addopts``): the app's tests under ``tests/``, the bench's in ``bench/tests/`` and
+the soak's in ``soak/tests/`` reach the same fixtures.
+
 Every fixture here talks to a real process started by ``make up`` (``python -m reconcilers.devstack up``):
 
 - ``stack``          (session) the local stack's settings; fails with a clear message when the
