@@ -52,3 +52,13 @@ def test_watcher_is_unhealthy_without_its_own_heartbeat(redis_client):
 
     with pytest.raises(CommandError, match="no heartbeat from"):
         call_command("health", "watcher", "--pid", str(os.getpid()))
+
+
+def test_the_heartbeat_hash_forgets_watchers_long_gone(redis_client):
+    import time
+
+    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, "host:1:gone", time.time() - watcher.HEARTBEAT_KEPT - 5)
+    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, "host:2:recent", time.time() - 30)
+    watcher._beats = 0
+    watcher.heartbeat("host:3:me")
+    assert set(redis_client.hkeys(watcher.WATCHER_HEARTBEAT_KEY)) == {b"host:2:recent", b"host:3:me"}
