@@ -12,6 +12,6 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The OLM bundle validator (tests/test_bundle.py), built from the Go module proxy and cached by
-# version like the control plane.
+# The OLM bundle validator (tests/authoring/test_bundle.py), built from the Go module proxy and
+# cached by version like the control plane.
 bash "$(dirname "${BASH_SOURCE[0]}")/../reconcilers/devstack/build-bundle-validator.sh" >/dev/null

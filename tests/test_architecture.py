@@ -696,3 +696,80 @@ def test_a_module_past_the_line_limit_is_found(tmp_path):
     long.write_text("x = 1\n" * (MAX_LINES + 1))
     short.write_text("x = 1\n" * MAX_LINES)
     assert _too_long({"long": long, "short": short}) == [f"long: {MAX_LINES + 1} lines"]
+# The tests mirror the rooms they test: a room's tests sit in one directory, each file named
+# for a module of that room - test_<module>.py, or test_<module>_<topic>.py when a module has
+# several - so a module's tests are found by its name, and a file named for no module (a
+# topic, a module since renamed) is found here. A wing's tests are under tests/ by the wing's
+# name without its underscore; the faces (the doors and Django's places) share tests/faces;
+# the bench's and the soak's tests sit beside their code. tests/e2e/ is the whole system's and
+# the test files at the top of tests/ are the whole house's: neither mirrors one room.
+FACES = sorted((PUBLIC | DJANGO) - {"migrations", "templates"})
+TEST_ROOMS: dict[str, list[str]] = {
+    **{f"tests/{wing.lstrip('_')}": [f"reconcilers/{wing}"] for wing in sorted(WINGS)},
+    "tests/faces": [f"reconcilers/{face}" for face in FACES],
+    **{f"tests/{tool}": [f"reconcilers/{tool}"] for tool in sorted(TOOLS)},
+    "tests/project": ["operator_project"],
+    "bench/tests": ["bench"],
+    "soak/tests": ["soak"],
+}
+WHOLE_SYSTEM = {"tests", "tests/e2e"}
+
+
+def _room_modules(repo: Path, sources: list[str]) -> set[str]:
+    """The module names of a room: each module (``x.py``) and package (``x/``) of its sources,
+    at any depth, but none of a tests or migrations directory; and, in a room of several
+    sources (the faces), each source's own name."""
+    names: set[str] = set()
+    for source in sources:
+        path = repo / source
+        if len(sources) > 1 and (path.is_dir() or path.with_suffix(".py").is_file()):
+            names.add(path.name)
+        if not path.is_dir():
+            continue
+        for found in path.rglob("*.py"):
+            inner = found.relative_to(path).parts
+            if {"tests", "migrations"} & set(inner):
+                continue
+            names.update(p for p in inner[:-1])
+            names.add(found.stem)
+    return names - {"__init__", "__main__"}
+
+
+def misnamed_tests(repo: Path) -> list[str]:
+    """Test files named for no module of the room they sit in, or outside every room."""
+    found = []
+    rooms = {repo / room: _room_modules(repo, sources) for room, sources in TEST_ROOMS.items()}
+    places = [repo / "tests", *(repo / room for room in TEST_ROOMS)]
+    for path in sorted({p for place in places if place.is_dir() for p in place.rglob("test_*.py")}):
+        where = path.parent.relative_to(repo).as_posix()
+        if where in WHOLE_SYSTEM or where.startswith("tests/e2e/"):
+            continue
+        modules = rooms.get(path.parent)
+        name = path.stem.removeprefix("test_")
+        if modules is None:
+            found.append(f"{path.relative_to(repo)}: {where} mirrors no room of TEST_ROOMS")
+        elif not any(name == m or name.startswith(f"{m}_") for m in modules):
+            found.append(f"{path.relative_to(repo)}: names no module of "
+                         f"{', '.join(TEST_ROOMS[where])}")
+    return found
+
+
+def test_each_test_file_is_named_for_a_module_of_its_room():
+    assert misnamed_tests(APP.parent) == []
+
+
+def test_a_test_file_named_for_no_module_is_found(tmp_path):
+    for source in ("reconcilers/_queue/ledger.py", "reconcilers/_queue/workqueue.py",
+                   "reconcilers/models.py", "soak/check.py"):
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_text("")
+    for test in ("tests/queue/test_ledger.py", "tests/queue/test_workqueue_batches.py",
+                 "tests/queue/test_locks.py", "tests/faces/test_models.py",
+                 "tests/faces/test_ledger.py", "tests/stray/test_models.py",
+                 "tests/e2e/test_anything.py", "tests/test_whole_house.py",
+                 "soak/tests/test_check.py", "soak/tests/test_soak_checker.py"):
+        (tmp_path / test).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / test).write_text("")
+    assert [f.split(":")[0] for f in misnamed_tests(tmp_path)] == [
+        "soak/tests/test_soak_checker.py", "tests/faces/test_ledger.py",
+        "tests/queue/test_locks.py", "tests/stray/test_models.py"]

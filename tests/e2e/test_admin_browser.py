@@ -14,7 +14,7 @@ import sys
 import pytest
 from kubernetes import client
 
-from tests.conftest import ARTIFACTS
+from tests.fixtures import ARTIFACTS
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -142,7 +142,8 @@ def _pytest(python: Path, *args: str) -> None:
 
 
 def test_the_unit_suite_passes_on_the_lowest_declared_versions(lowest, stack):
-    _pytest(lowest, "tests", "--ignore", "tests/e2e", "-m", "not e2e and not slow")
+    _pytest(lowest, "tests", "bench/tests", "soak/tests", "--ignore", "tests/e2e",
+            "-m", "not e2e and not slow")
 
 
 def test_the_operator_converges_on_the_lowest_declared_versions(lowest, stack):

@@ -16,7 +16,7 @@ from kubernetes import client
 from reconcilers._run import replay
 from reconcilers.api import Reconciler, ReconcilerRegistry, register
 from reconcilers.models import ReconcileRecord, RunInputs
-from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
+from tests.kube.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

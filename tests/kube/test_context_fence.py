@@ -12,7 +12,7 @@ from reconcilers._kube import kube
 from reconcilers._kube.context import Context
 from reconcilers._base.vocab import GVR
 from reconcilers._base.reconcile import Key
-from tests.test_context import probe  # noqa: F401 - the fixture
+from tests.kube.test_context import probe  # noqa: F401 - the fixture
 
 CONFIGMAPS = GVR.of("v1", "ConfigMap")
 
@@ -107,7 +107,7 @@ def test_a_runs_writes_are_bounded_by_its_lease_on_the_key(api, probe, namespace
                                                           monkeypatch):
     from reconcilers.api import Reconciler, ReconcilerRegistry, register
     from reconcilers._base.conf import RunLimits
-    from tests.test_context import GROUP, VERSION, run_once
+    from tests.kube.test_context import GROUP, VERSION, run_once
 
     sent = []
     real = kube.request

@@ -208,7 +208,7 @@ def test_without_an_audit_log_the_checks_on_it_are_not_run_and_nothing_passes():
 
 
 def test_the_checker_reads_convergence_from_the_cluster_with_the_official_client(
-        kube, namespace, stack, monkeypatch):
+        kube, namespace, stack, apply_crd, monkeypatch):
     """Against the api-server, through the ``kubernetes`` client from ``KUBECONFIG`` (none of
     the operator's code): a converged object passes; a status behind its spec, a child
     missing, a child not wanted and a deleted object's child left over are each found."""
@@ -217,10 +217,8 @@ def test_the_checker_reads_convergence_from_the_cluster_with_the_official_client
 
     from kubernetes import client
 
-    from reconcilers._authoring import crds
-
-    crds.apply_manifest(kube, Path(check.__file__).parent / "soakapp" / "crds"
-                        / "soakitems.soak.operator.local.yaml")
+    apply_crd(Path(check.__file__).parent / "soakapp" / "crds"
+              / "soakitems.soak.operator.local.yaml")
     items, core = client.CustomObjectsApi(kube), client.CoreV1Api(kube)
 
     def item(name: str, value: int, children: int, status: dict) -> None:

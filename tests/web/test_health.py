@@ -1,26 +1,17 @@
-"""/healthz, /readyz and ``manage.py health`` against the real PostgreSQL, Redis, api-server and
-a real Celery worker process."""
+"""The web role's /healthz and /readyz (``_web.health``) against the real PostgreSQL, Redis and
+api-server. (The watcher's and the worker's ``manage.py health``: tests/watch/test_health.py,
+tests/run/test_health.py.)"""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.test import override_settings
 
 from reconcilers._base import probes
-from reconcilers._run import health as worker_health
-from reconcilers._watch import health as watcher
 from reconcilers._web import health as web
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -35,14 +26,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _manage_health(*args: str) -> subprocess.CompletedProcess:
-    from django.conf import settings
-
-    env = {**os.environ, "REDIS_URL": settings.REDIS_URL}
-    return subprocess.run([sys.executable, "manage.py", "health", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.django_db
@@ -76,60 +59,6 @@ def test_readyz_answers_503_naming_redis_when_redis_is_unreachable(client, stack
     assert body["checks"]["redis"]["ok"] is False
     assert body["checks"]["redis"]["error"] == "ConnectionError"
     assert body["checks"]["database"]["ok"] and body["checks"]["apiserver"]["ok"], body
-
-
-def test_watcher_is_healthy_while_its_heartbeat_is_fresh(redis_client):
-    pid = os.getpid()
-    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(pid) + ":0a1b2c3d", time.time())
-
-    result = _manage_health("watcher", "--pid", str(pid))
-
-    assert result.returncode == 0, result.stderr
-    assert "watcher healthy" in result.stdout
-
-
-def test_watcher_is_unhealthy_when_its_heartbeat_is_stale(redis_client):
-    pid = os.getpid()
-    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(pid) + ":0a1b2c3d", time.time() - 120)
-
-    result = _manage_health("watcher", "--pid", str(pid), "--max-age", "30")
-
-    assert result.returncode != 0
-    assert "s old (max 30s)" in result.stderr
-
-
-def test_watcher_is_unhealthy_without_its_own_heartbeat(redis_client):
-    # Another process's fresh heartbeat does not make this one healthy.
-    redis_client.hset(watcher.WATCHER_HEARTBEAT_KEY, watcher.watcher_field(1) + ":0a1b2c3d", time.time())
-
-    with pytest.raises(CommandError, match="no heartbeat from"):
-        call_command("health", "watcher", "--pid", str(os.getpid()))
-
-
-def test_the_worker_node_name_is_read_from_its_command_line():
-    argv = ["/opt/venv/bin/python", "-m", "celery", "-A", "operator_project", "worker",
-            "--hostname", "worker-1a2b3c4d@%h"]
-
-    script = ["/opt/venv/bin/python", "/opt/venv/bin/celery", "-A", "x"]
-
-    assert worker_health.worker_node(argv) == f"worker-1a2b3c4d@{socket.gethostname()}"
-    assert worker_health.worker_node([*script, "worker"]) == f"celery@{socket.gethostname()}"
-    assert worker_health.worker_node([*script, "beat"]) is None
-    assert worker_health.worker_node(["/sbin/docker-init", "--", *script, "worker"]) is None
-    assert worker_health.worker_node(["python", "manage.py", "health", "worker"]) is None
-
-
-@pytest.mark.django_db(transaction=True)
-def test_worker_is_healthy_while_it_answers_a_ping_and_unhealthy_once_stopped(celery_worker):
-    worker = celery_worker()
-    argv = Path(f"/proc/{worker.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
-    node = worker_health.worker_node(argv)
-
-    call_command("health", "worker", "--node", node)
-
-    worker.stop()
-    with pytest.raises(CommandError, match=f"no reply from {node}"):
-        call_command("health", "worker", "--node", node, "--timeout", "1")
 
 
 def test_a_database_that_accepts_but_never_answers_fails_the_check_within_its_timeout(

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import OperationalError, connection
 from django.db.backends.postgresql.base import DatabaseWrapper
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

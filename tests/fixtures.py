@@ -1,5 +1,9 @@
 """The fixture layer: real services only.
 
+A pytest plugin, registered once for every test directory (``-p tests.fixtures`` in
+pyproject's ``addopts``): the app's tests under ``tests/``, the bench's in ``bench/tests/`` and
+the soak's in ``soak/tests/`` reach the same fixtures.
+
 Every fixture here talks to a real process started by ``make up`` (``python -m reconcilers.devstack up``):
 
 - ``stack``          (session) the local stack's settings; fails with a clear message when the
@@ -349,6 +353,15 @@ FAST_SETTINGS = {
     "RECONCILERS_BACKOFF_BASE": "0.05",
     "RECONCILERS_BACKOFF_MAX": "2",
 }
+
+
+@pytest.fixture(scope="session")
+def apply_crd(kube):
+    """Server-side apply a CRD manifest (a path) and wait until it is Established: for tests
+    outside the app's own (the soak's, the bench's), which import none of its modules."""
+    from reconcilers._authoring import crds
+
+    return lambda path: crds.apply_manifest(kube, path)
 
 
 @pytest.fixture(scope="session")

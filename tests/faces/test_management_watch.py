@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_watcher_freezes_its_start_up_heap_and_keeps_the_collector_on():

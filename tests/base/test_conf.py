@@ -53,6 +53,6 @@ def test_every_setting_is_read_once():
 def test_the_configuration_doc_lists_every_setting_as_the_code_declares_it():
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     doc = (repo / "docs" / "running" / "configuration.md").read_text()
     assert Settings.markdown() in doc

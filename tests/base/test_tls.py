@@ -1,5 +1,5 @@
 """The secure ``/metrics`` port's serving pair (``_base.tls``): from files, followed as they
-change, or self-signed. (``CertificatePair`` alone: tests/test_webhookserver.py.)"""
+change, or self-signed. (``CertificatePair`` alone: tests/webhooks/test_server.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The ports a watcher or a worker serves (``_base.probes.start``): where they listen, and what
 is left when the secure ``/metrics`` cannot be served. (Served over HTTPS behind the
-api-server's reviews: tests/test_reviews.py; each role's checks: tests/test_health.py.)"""
+api-server's reviews: tests/kube/test_reviews.py; each role's checks: tests/web/test_health.py,
+tests/watch/test_health.py, tests/run/test_health.py.)"""
 
 from __future__ import annotations
 

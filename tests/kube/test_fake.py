@@ -188,7 +188,7 @@ def test_the_samples_unit_tests_need_no_service_at_all(tmp_path):
            "REDIS_URL": f"redis://127.0.0.1:{closed}/0", "KUBECONFIG": str(tmp_path / "none"),
            "OPERATOR_STATE_DIR": str(tmp_path / "no-stack")}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_samplecontroller.py", "-q",
+        [sys.executable, "-m", "pytest", "tests/contrib/test_samplecontroller.py", "-q",
          "-p", "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 FOO = "foos.samplecontroller.k8s.io"
 DEPLOY = Path(django_settings.BASE_DIR) / "deploy"
-BUILD = Path(__file__).resolve().parent.parent / "reconcilers/devstack/build-bundle-validator.sh"
+BUILD = Path(__file__).resolve().parents[2] / "reconcilers/devstack/build-bundle-validator.sh"
 
 
 @pytest.fixture(scope="session")

@@ -420,3 +420,17 @@ class _ConnectProxy:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def test_every_api_server_call_of_a_run_names_the_run():
+    """The User-Agent names the run (``(run <token>-<random>)``), in the form the soak reads
+    back from the api-server's audit log to attribute each write to its run."""
+    from reconcilers._kube import kube
+    from soak import audit
+
+    assert "(run" not in kube.user_agent()
+    with kube.acting_for_run("12-abcdef01"):
+        assert kube.user_agent().endswith("(run 12-abcdef01)")
+        assert audit.RUN.search(kube.user_agent()).group(1) == "12-abcdef01"
+    assert "(run" not in kube.user_agent()
+

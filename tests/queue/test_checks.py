@@ -137,7 +137,7 @@ def test_a_database_the_ledgers_models_are_routed_to_is_checked_too(settings, mo
                    "connect_timeout": 5, "tcp_user_timeout": 30000,
                    "options": "-c statement_timeout=60000"}}
     settings.DATABASES = {"default": bounded, "ledger": {**bounded, "OPTIONS": {}}}
-    settings.DATABASE_ROUTERS = ["tests.test_checks.LedgerRouter"]
+    settings.DATABASE_ROUTERS = ["tests.queue.test_checks.LedgerRouter"]
     from django.core.checks import run_checks
 
     warnings = [w for w in run_checks(tags=["reconcilers"]) if w.id == "reconcilers.W002"]

@@ -1,16 +1,12 @@
-"""Resync (level-triggered safety net) and history retention."""
+"""Resync (level-triggered safety net). (History retention: tests/run/test_history.py.)"""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from reconcilers._kube import cache
-from reconcilers._run import history
 from reconcilers._queue import resync
-from reconcilers.models import ReconcileRecord, WorkItem
+from reconcilers.models import WorkItem
 from reconcilers._authoring.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,26 +49,6 @@ def test_secret_data_never_enters_the_cache(redis_client):
     assert "data" not in stored and "stringData" not in stored
     assert "managedFields" not in stored["metadata"]
     assert stored["metadata"]["annotations"] == {"keep": "me"}
-
-
-def test_history_pruning_keeps_recent_rows_and_a_bounded_number_per_key():
-    now = timezone.now()
-
-    def rec(name: str, age_days: float) -> None:
-        t = now - timedelta(days=age_days)
-        ReconcileRecord.objects.create(reconciler=PROBE, namespace="ns", name=name,
-                                       started_at=t, finished_at=t, duration_ms=1,
-                                       outcome="success")
-
-    rec("old", 30)
-    for i in range(5):
-        rec("busy", i / 10)
-    rec("quiet", 1)
-    assert history.prune(days=14, per_key=3) == 3
-    assert sorted(ReconcileRecord.objects.values_list("name", flat=True)) == [
-        "busy", "busy", "busy", "quiet"]
-    newest = ReconcileRecord.objects.filter(name="busy").order_by("-started_at")
-    assert newest[0].started_at == now
 
 
 def test_a_failed_periodic_resync_is_retried_at_the_next_beat(redis_client, monkeypatch):

@@ -12,7 +12,7 @@ from reconcilers._watch.enqueuer import Enqueuer
 from reconcilers._watch.streams import build_streams
 from reconcilers.api import Owns, Reconciler, ReconcilerRegistry, register
 from reconcilers._base.vocab import GVR
-from tests.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
+from tests.kube.test_context import GROUP, VERSION, probe, run_once  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
