@@ -19,7 +19,6 @@ whose process was stopped past its lease).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import threading
@@ -30,12 +29,11 @@ from typing import Iterator, Sequence
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
-from django.db import (InterfaceError, OperationalError, close_old_connections, connection,
-                       transaction)
+from django.db import close_old_connections, connection, transaction
 
 from reconcilers._kube import kube
 from reconcilers._run import call, deadlines, history, inputs, pool, timers
-from reconcilers._base import logs, metrics
+from reconcilers._base import connections, logs, metrics
 from reconcilers._queue import workqueue
 from reconcilers._base.conf import Backoff, RunLimits, settings
 from reconcilers._kube.context import fence_until
@@ -179,34 +177,12 @@ def work(entry: pool.Waiting[Job], lane: pool.Lane) -> None:
         current = lane.next_up()
 
 
-# When each thread last checked its database connection (``_check_connection``): its own.
-_checked = threading.local()
-CONNECTION_CHECK_EVERY = 1.0  # seconds
-
-
-def _check_connection() -> None:
-    """Connections outlive tasks (``CELERY_DB_REUSE_MAX``), so old or broken ones are retired
-    before a run is claimed - at most once a second per thread: with ``CONN_HEALTH_CHECKS``
-    that costs a ``SELECT 1`` round trip, which once per run was one per key."""
-    now = time.monotonic()
-    suspect = connection.connection is not None and (
-        connection.errors_occurred or not connection.get_autocommit())  # left so by a run
-    if suspect or now - getattr(_checked, "at", -math.inf) >= CONNECTION_CHECK_EVERY:
-        close_old_connections()
-        _checked.at = now
-
-
 def _claim(request: ClaimRequest) -> Claim | None:
-    """``workqueue.claim`` on a sound connection (``_check_connection``). A connection broken
-    since (a database restart) fails the claim, which then runs once more on a new one."""
-    _check_connection()
-    try:
-        return workqueue.claim(*request)
-    except (OperationalError, InterfaceError) as exc:
-        log.warning("%s: claim failed on a broken database connection (%s); retrying on a "
-                    "new one", request.key, exc)
-        connection.close()
-        return workqueue.claim(*request)
+    """``workqueue.claim`` on a sound connection: checked at most once a second per thread
+    (connections outlive tasks, ``CELERY_DB_REUSE_MAX``); one the database dropped since
+    fails the claim, which then runs once more on a new one."""
+    return connections.once_more_on_new(lambda: workqueue.claim(*request),
+                                        f"{request.key}: claim")
 
 
 def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
@@ -347,7 +323,7 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts, debounce:
         job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
         then = job.claim_request() if job is not None and job.key != claim.key else None
         if then is not None:
-            _check_connection()  # this statement claims a run: a busy thread's only claim
+            connections.check_now_and_then()  # this statement claims a run: a busy thread's only claim
         try:
             with transaction.atomic() if evidence else nullcontext():
                 finished = workqueue.done(claim, decision, debounce, row, then)

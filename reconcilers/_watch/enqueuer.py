@@ -16,8 +16,9 @@ import threading
 import time
 from collections import defaultdict
 
-from django.db import close_old_connections, connection
+from django.db import connection
 
+from reconcilers._base import connections
 from reconcilers._base.conf import settings
 from reconcilers._base.reconcile import Key
 from reconcilers._kube import journal
@@ -143,8 +144,8 @@ class Enqueuer(threading.Thread):
             attempt = 0
             while True:
                 try:
-                    close_old_connections()
-                    workqueue.add(keys, trigger)
+                    connections.once_more_on_new(lambda: workqueue.add(keys, trigger),
+                                                 f"enqueue of {len(keys)} keys")
                     self.batches += 1
                     break
                 except Exception as exc:

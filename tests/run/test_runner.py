@@ -326,9 +326,11 @@ def test_a_busy_run_thread_still_retires_old_connections_before_each_claim(
         make_probe(kube, namespace, name, value=1)
     assert runner.run(*enqueue("first", Probe.name(), namespace), registry=reg).outcome == (
         "success")  # its capability evidence is written in a transaction of its own
+    from reconcilers._base import connections
+
     checks = []
-    monkeypatch.setattr(runner, "CONNECTION_CHECK_EVERY", 0)
-    monkeypatch.setattr(runner, "close_old_connections", lambda: checks.append(1))
+    monkeypatch.setattr(connections, "CHECK_EVERY", 0)
+    monkeypatch.setattr(connections, "close_old_connections", lambda: checks.append(1))
     reports = runner.run_many([enqueue(n, Probe.name(), namespace) for n in names[1:]],
                               registry=reg)
     assert [r.outcome for r in reports] == ["success"] * 3
@@ -343,10 +345,12 @@ def test_a_run_on_a_connection_the_database_dropped_claims_on_a_new_one(redis_cl
     import psycopg
     from django.db import connection
 
-    monkeypatch.setattr(runner, "CONNECTION_CHECK_EVERY", 3600)  # however slow this machine
+    from reconcilers._base import connections
+
+    monkeypatch.setattr(connections, "CHECK_EVERY", 3600)  # however slow this machine
     first = enqueue("before", "widgets.nowhere.example.com", "ns")
     key, token = enqueue("after", "widgets.nowhere.example.com", "ns")
-    runner._checked.at = float("-inf")
+    connections.forget_last_check()
     # its connection checked just now
     assert runner.run(*first, registry=ReconcilerRegistry()).outcome == "permanent"
     with connection.cursor() as cursor:

@@ -120,3 +120,68 @@ def test_the_enqueuers_line_is_bounded_and_a_stop_frees_a_waiting_stream():
     enqueuer.stop()
     blocked.join(2)
     assert not blocked.is_alive()
+
+
+def _flush_one_by_one(enqueuer: Enqueuer, prefix: str, count: int) -> None:
+    """``count`` keys, each put once the one before is in the ledger: a flush each."""
+    from reconcilers._base.reconcile import Key
+
+    for i in range(count):
+        enqueuer.put(Key("configmaps", "ns", f"{prefix}{i}"), "added")
+        wait_for(lambda: WorkItem.objects.filter(name=f"{prefix}{i}").exists(),
+                 what=f"key {i}", timeout=10)
+
+
+def test_a_trickle_of_flushes_checks_its_connection_at_most_once_a_second(
+        redis_client, monkeypatch):
+    """Each flush is one enqueue statement: the connection's health check (a ``SELECT 1``
+    round trip with ``CONN_HEALTH_CHECKS``) runs at most once a second, not before every
+    flush - at 100 events a second it was a second statement for each."""
+    import time
+
+    from django.db import connections
+
+    checks: list[str] = []
+    wrapper_class = type(connections["default"])
+    real = wrapper_class.is_usable
+
+    def counted(wrapper):
+        checks.append(threading.current_thread().name)
+        return real(wrapper)
+
+    monkeypatch.setattr(wrapper_class, "is_usable", counted)
+    stop = threading.Event()
+    enqueuer = Enqueuer(stop)
+    enqueuer.start()
+    started = time.monotonic()
+    _flush_one_by_one(enqueuer, "h", 20)
+    took = time.monotonic() - started
+    stop.set()
+    enqueuer.join(5)
+    mine = [name for name in checks if name == enqueuer.name]
+    assert enqueuer.batches >= 20
+    assert len(mine) <= 1 + took, (len(mine), took)
+
+
+def test_a_flush_on_a_connection_the_database_dropped_lands_at_once(redis_client):
+    """The check once a second must not cost a broken connection its keys' time: the first
+    statement on a connection the database ended (a restart, a failover) fails, and the flush
+    runs again at once on a new connection, not after a retry's backoff."""
+    import time
+
+    from django.db import connection
+
+    stop = threading.Event()
+    enqueuer = Enqueuer(stop)
+    enqueuer.start()
+    _flush_one_by_one(enqueuer, "before", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    connection.close()  # the test's own connection was not ended; the enqueuer's was
+    started = time.monotonic()
+    _flush_one_by_one(enqueuer, "after", 1)
+    took = time.monotonic() - started
+    stop.set()
+    enqueuer.join(5)
+    assert took < 0.5, f"the flush after the drop waited {took:.2f}s (a retry's backoff)"
