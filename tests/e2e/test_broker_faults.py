@@ -217,7 +217,7 @@ def test_a_send_to_a_broker_that_stopped_answering_fails_in_bounded_time(
     toxiproxy.add("redis", "black hole")
     script = (
         "import django; django.setup()\n"
-        "from reconcilers._base.vocab import Key\n"
+        "from reconcilers._base.reconcile import Key\n"
         "from reconcilers._queue import workqueue\n"
         f"print('added', workqueue.add([Key({PROBE!r}, {namespace!r}, 'held')], 'test'))\n")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": worker_db_url,
