@@ -6,10 +6,8 @@ Nothing else in the package is meant for user code: Celery, the ledger and the K
 plumbing stay behind this surface.
 """
 
-import warnings
-
 from reconcilers._kube import events
-from reconcilers._base import predicates
+from reconcilers._base import predicates, renamed
 from reconcilers._webhooks.admission import ValidationError, Webhook
 from reconcilers._kube.children import NotOwnedError, controller_of
 from reconcilers._kube.context import Context
@@ -50,13 +48,4 @@ __all__ = [
 ]
 
 # Old names still importable for one release, each with a warning naming its successor.
-_RENAMED = {"Registry": "ReconcilerRegistry"}
-
-
-def __getattr__(name: str):
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"reconcilers.api.{name} is renamed reconcilers.api.{new}; the old name "
-                      f"goes in the next release", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed.lookup(__name__, globals(), {"Registry": "ReconcilerRegistry"})

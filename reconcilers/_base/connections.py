@@ -46,15 +46,16 @@ def forget_last_check() -> None:
     _checked.at = -math.inf
 
 
-def once_more_on_new(statement: Callable[[], T], what: str) -> T:
+def once_more_on_new(statement: Callable[[], T], subject: object, what: str) -> T:
     """Run ``statement`` after ``check_now_and_then``; if the connection turns out broken
     (dropped since the last check), run it once more on a new one. ``statement`` must be one
-    that a failed attempt left undone (it ran in a transaction that did not commit)."""
+    that a failed attempt left undone (it ran in a transaction that did not commit).
+    ``subject: what`` names it in the log, formatted only then (this runs once per key)."""
     check_now_and_then()
     try:
         return statement()
     except (OperationalError, InterfaceError) as exc:
-        log.warning("%s failed on a broken database connection (%s); retrying on a new one",
-                    what, exc)
+        log.warning("%s: %s failed on a broken database connection (%s); retrying on a new "
+                    "one", subject, what, exc)
         connection.close()
         return statement()

@@ -181,8 +181,7 @@ def _claim(request: ClaimRequest) -> Claim | None:
     """``workqueue.claim`` on a sound connection: checked at most once a second per thread
     (connections outlive tasks, ``CELERY_DB_REUSE_MAX``); one the database dropped since
     fails the claim, which then runs once more on a new one."""
-    return connections.once_more_on_new(lambda: workqueue.claim(*request),
-                                        f"{request.key}: claim")
+    return connections.once_more_on_new(lambda: workqueue.claim(*request), request.key, "claim")
 
 
 def _run_claimed(claim: Claim, cls: type[Reconciler] | None, job: Job,
@@ -323,7 +322,8 @@ def _finish(claim: Claim, decision: Decision, facts: history.RunFacts, debounce:
         job = waiting.item if waiting is not None and isinstance(waiting.item, Job) else None
         then = job.claim_request() if job is not None and job.key != claim.key else None
         if then is not None:
-            connections.check_now_and_then()  # this statement claims a run: a busy thread's only claim
+            # this statement claims a run: a busy thread's only claim
+            connections.check_now_and_then()
         try:
             with transaction.atomic() if evidence else nullcontext():
                 finished = workqueue.done(claim, decision, debounce, row, then)

@@ -145,7 +145,7 @@ class Enqueuer(threading.Thread):
             while True:
                 try:
                     connections.once_more_on_new(lambda: workqueue.add(keys, trigger),
-                                                 f"enqueue of {len(keys)} keys")
+                                                 len(keys), "enqueue of keys")
                     self.batches += 1
                     break
                 except Exception as exc:

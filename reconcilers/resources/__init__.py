@@ -12,7 +12,7 @@ status patch), ``crd`` (CRD dict and deterministic YAML), ``registry`` (declared
 apply, the only one that talks to the api-server).
 """
 
-import warnings
+from reconcilers._base import renamed
 
 from . import fields
 from .apply import NotEstablished, apply_crds
@@ -28,13 +28,4 @@ __all__ = [
 ]
 
 # Old names still importable for one release, each with a warning naming its successor.
-_RENAMED = {"Registry": "KindRegistry"}
-
-
-def __getattr__(name: str):
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"reconcilers.resources.{name} is renamed reconcilers.resources.{new}; "
-                      f"the old name goes in the next release", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed.lookup(__name__, globals(), {"Registry": "KindRegistry"})
