@@ -1,7 +1,7 @@
 """``python -m bench.figures``: the headline figures, from every results file - never a chosen run.
 
 Reads every file in ``bench/results`` (``bench.results``) and groups the harness runs by
-project version, engine (the digest of the ``reconcilers`` package's source the run measured),
+project version, engine (the digest of the source the run executed: ``results.ENGINE``),
 mode (``full``, ``quick``, ``large``), configuration (``default``, or what makes a run an
 experiment: a layout other than the default, ``BENCH_EXPERIMENT_*`` overrides) and durability
 (whether the server under the ledger had ``fsync``, ``synchronous_commit`` and

@@ -1,4 +1,5 @@
-"""``python -m bench.profile [--n 400]``: where this project's CPU goes during a converge.
+"""``python -m bench.profile [--n 400] [--steady RATE]``: where this project's CPU goes during a
+converge, or (``--steady``) during updates at RATE/s of the latency scenario's converged pool.
 
 Starts this project as the benchmark does, attaches py-spy (pinned, installed from PyPI into a
 cached venv) to the watcher, the Celery worker and each pool child, converges N objects, and
@@ -20,6 +21,7 @@ from .config import cache_root
 from .impls import build
 from .impls.ceiling import apiload
 from .kube import Kube
+from .scenarios import latency
 from .scenarios.common import Harness, measured_run
 from .workload import ensure_crd
 
@@ -29,15 +31,15 @@ PY_SPY = "py-spy==0.4.3"
 STAGES = [
     ("new PostgreSQL connection", "get_new_connection"),
     ("ledger.claim", "claim (reconcilers/_queue/ledger.py"),
-    ("read object from cache", "read_object (reconcilers/_run/runner.py"),
-    ("reconcile (user code + status PATCH)", "invoke (reconcilers/_run/runner.py"),
+    ("read object from cache", "read_object (reconcilers/_run/call.py"),
+    ("reconcile (user code + status PATCH)", "invoke (reconcilers/_run/call.py"),
     ("  of which: api-server request", "request (reconcilers/_kube/kube.py"),
     ("history row + ledger.finish (one statement)", "_finish (reconcilers/_run/runner.py"),
     ("  of which: the history row's values", "new_values (reconcilers/_run/history.py"),
     ("workqueue.send (publish after commit)", "send (reconcilers/_queue/workqueue.py"),
     ("celery: ack (kombu redis QoS)", "Message.ack"),
     ("celery: receive (BRPOP)", "_brpop_read"),
-    ("watcher: event handling + cache write", "Reflector.handle"),
+    ("watcher: event handling + cache write", "handle (reconcilers/_watch/reflector.py"),
     ("watcher: enqueue statement", "enqueue (reconcilers/_queue/ledger.py"),
     ("watcher: publish messages", "(reconcilers/_queue/broker.py"),
 ]
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--out", default=None, help="directory for the raw py-spy files")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument("--steady", type=int, default=0, metavar="RATE",
+                        help="profile RATE updates/s for 15 s over a converged pool of 100 "
+                             "(the latency scenario's load) instead of a converge of N")
     parser.add_argument("--gil", action="store_true",
                         help="sample only threads holding the GIL: CPU in Python, not waits "
                              "(what matters for a thread-pool worker)")
@@ -86,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     impl.prepare()
     loader.prepare()  # builds the Go loader (apiload) on a fresh cache
     with measured_run(h, impl, "pf") as r:
+        pool = []
+        if args.steady:
+            ns = r.ns.names[0]
+            apiload(cfg, "create", latency.POOL, [ns], 8, 0, prefix="pool")
+            pool = [(ns, f"pool-{i}") for i in range(latency.POOL)]
+            if not r.observer.wait(lambda o: all(o.converged_at(f"{ns}/{x}", 1) for _, x in pool),
+                                   120):
+                raise TimeoutError("the pool did not converge")
         time.sleep(2)
         pids = probes.tree(impl.roots())
         names = {p: Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:70] for p in pids}
@@ -97,19 +110,27 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1)
         before = probes.cpu_snapshot({str(p): [p] for p in pids})
         t0 = time.time()
-        apiload(cfg, "create", args.n, r.ns.names, 16, 7)
-        keys = [f"{r.ns.of(i)}/item-{i}" for i in range(args.n)]
-        r.observer.wait(lambda o: all(o.converged_at(k, 1) for k in keys), 300)
+        if args.steady:
+            work = args.steady * 15
+            stats = latency.window_of(h, r, pool, args.steady, 15.0, 1_000_000)
+            if not stats["complete"]:
+                raise TimeoutError("the steady updates did not converge")
+        else:
+            work = args.n
+            apiload(cfg, "create", args.n, r.ns.names, 16, 7)
+            keys = [f"{r.ns.of(i)}/item-{i}" for i in range(args.n)]
+            r.observer.wait(lambda o: all(o.converged_at(k, 1) for k in keys), 300)
         elapsed = time.time() - t0
         cpu = probes.cpu_delta(before, probes.cpu_snapshot({str(p): [p] for p in pids}))
         for s in spies:
             s.send_signal(2)
         for s in spies:
             s.wait(30)
-    print(f"{args.n} objects in {elapsed:.1f}s ({args.n / elapsed:.1f}/s)")
-    print("CPU ms per object by process:")
+    unit = "update" if args.steady else "object"
+    print(f"{work} {unit}s in {elapsed:.1f}s ({work / elapsed:.1f}/s)")
+    print(f"CPU ms per {unit} by process:")
     for p in pids:
-        print(f"  {cpu[str(p)] * 1000 / args.n:7.2f}  {p} {names[p]}")
+        print(f"  {cpu[str(p)] * 1000 / work:7.2f}  {p} {names[p]}")
     total_samples, by_stage = 0, collections.Counter()
     for p in pids:
         raw = out / f"{p}.txt"

@@ -70,16 +70,19 @@ def _masked(name: str, value: str) -> str:
     return value
 
 
-ENGINE = "reconcilers"  # the package whose source digest groups the runs
+# What a run of this project executes: the engine's package, the project's settings (connection
+# reuse, prefetch, pool sizes) and the ledger's migrations (its indexes). Their source digest
+# groups the runs.
+ENGINE = ("reconcilers", "operator_project", "migrations")
 
 
 def engine_digest(root: Path | None = None) -> str:
-    """SHA-256 over the path and content of every ``.py`` file of the engine's package, in
+    """SHA-256 over the path and content of every ``.py`` file of the engine (``ENGINE``), in
     path order: equal exactly when the engine's source is. A commit would split runs over
     changes to docs or tests, and miss uncommitted changes to the engine."""
     root = root or config.REPO
     digest = hashlib.sha256()
-    for path in sorted((root / ENGINE).rglob("*.py")):
+    for path in sorted(p for part in ENGINE for p in (root / part).rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()

@@ -92,6 +92,19 @@ def test_the_engine_digest_follows_the_engines_source_and_nothing_else(tmp_path)
     assert results.engine_digest(tmp_path) != before
 
 
+def test_the_engine_digest_covers_the_settings_and_migrations_it_runs_with(tmp_path):
+    """The project's settings (connection reuse, prefetch, pool sizes) and the ledger's
+    migrations (its indexes) change what a run costs as much as the package's code does."""
+    for part in ("reconcilers", "operator_project", "migrations"):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / "m.py").write_text("A = 1\n")
+    before = results.engine_digest(tmp_path)
+    for part in ("operator_project", "migrations"):
+        (tmp_path / part / "m.py").write_text("A = 2\n")
+        assert results.engine_digest(tmp_path) != before, part
+        before = results.engine_digest(tmp_path)
+
+
 def test_each_file_records_the_servers_durability_and_load_reads_it(tmp_path):
     record = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
               "server_version": "17.6", "port": 15434, "durable": True}
