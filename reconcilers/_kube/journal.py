@@ -11,6 +11,7 @@ Keys: only this module knows ``operator:pending`` (a hash, field ``<resource>|<p
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Iterable
@@ -58,8 +59,15 @@ def clear(changes: Iterable[Change]) -> None:
     changes = list(changes)
     for start in range(0, len(changes), 500):
         chunk = changes[start:start + 500]
-        get_redis().eval(_CLEAR_IF_SAME, len(chunk), *[c.field for c in chunk], _PENDING,
-                         *[c.token for c in chunk])
+        _clear_script(get_redis())(keys=[c.field for c in chunk],
+                                   args=[_PENDING, *[c.token for c in chunk]])
+
+
+@functools.lru_cache(maxsize=8)
+def _clear_script(client: redis.Redis):
+    """redis-py's registered script: EVALSHA, loading the script again if Redis lost it (a
+    restart, SCRIPT FLUSH) - the script's text crosses the wire once, not on every clear."""
+    return client.register_script(_CLEAR_IF_SAME)
 
 
 def pending() -> list[Change]:
