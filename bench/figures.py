@@ -39,6 +39,7 @@ from .config import BENCH, REPO
 from .harness import Plan
 from .probes import FOOTPRINT
 from .report import mib, value_at
+from .targets import TARGETS, Target
 
 MIN_RUNS = 3
 THIS = "this-project"
@@ -118,6 +119,8 @@ FIGURES = [
            mib("footprint_rss_peak_kb"), PEERS),
     Figure("PSS after converging, whole footprint", "MiB", "converge",
            mib("footprint_memory_after", "pss_kb"), PEERS),
+    Figure("PSS after converging, operator processes", "MiB", "converge",
+           mib("operator_memory_after", "pss_kb"), PEERS),
     # The steady updates among all N converged objects (the latency scenario's are among 100).
     Figure("100 updates/s among all N objects: event -> reconcile start p50", "ms", "converge",
            _steady("start_p50_ms")),
@@ -164,6 +167,9 @@ FIGURES = [
     Figure("hot-standby takeover: reconciles it makes (nothing changed: 0 is right)", "",
            "relist", value_at("modes", "standby", "reconciles")),
 ]
+
+
+FIGURE_BY_LABEL = {f.label: f for f in FIGURES}
 
 
 @dataclass
@@ -340,6 +346,30 @@ def cells(g: Group, figure: Figure) -> tuple[dict[str, Cell | None], dict[str, C
     return values, ratios
 
 
+def target_cell(g: Group, target: Target) -> Cell | None:
+    """What ``target`` reads on the group: this project's value, its ratio to a peer, or its
+    ratio to another of its own figures, each taken within a run, medianed over the runs."""
+    figure = FIGURE_BY_LABEL[target.figure]
+    if target.over is not None:
+        over = FIGURE_BY_LABEL[target.over]
+        pairs = [(per_run(r, figure, THIS), per_run(r, over, THIS)) for r in g.runs]
+        return Cell.of([a / b if a is not None and b else None for a, b in pairs])
+    values, ratios = cells(g, figure)
+    return ratios.get(target.peer) if target.peer else values[THIS]
+
+
+def targets_table(g: Group) -> str:
+    n = len(g.runs)
+    lines = ["| target | wanted | measured | met |", "|---|---|---|---|"]
+    for target in TARGETS:
+        cell = target_cell(g, target)
+        verdict = "-" if cell is None else "yes" if target.met(cell.median) else "**no**"
+        label = target.label(FIGURE_BY_LABEL[target.figure].unit)
+        lines.append(f"| {label}{f' ({target.why})' if target.why else ''} | {target.wanted()} "
+                     f"| {show(cell, n, ratio=target.ratio)} | {verdict} |")
+    return "\n".join(lines)
+
+
 def _number(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
 
@@ -403,7 +433,9 @@ def docs_block(groups: list[Group]) -> str:
                           for n in plan.get("sizes") or [plan.get("n")])
         parts += [f"N={sizes}, {plan.get('reps')} repetition(s) per run; PostgreSQL: "
                   f"{chosen.durability}; runs: {_runs_line(chosen)}.", "",
-                  table(chosen, FIGURES), "", LEGEND, ""]
+                  table(chosen, FIGURES), "", LEGEND, "",
+                  "The performance targets (`bench/targets.py`), read on the same runs (met: "
+                  "the median is within the target):", "", targets_table(chosen), ""]
     parts += ["Every group of runs in `bench/results/` (only durable full runs of the default "
               "configuration make the headline; files written before the fair bench record no "
               "version, those before the engine's digest none, and those before the durable "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import figures, results
+from bench import figures, results, targets
 
 CONVERGE = figures.FIGURES[0]
 ENGINE = "e" * 64
@@ -257,3 +257,41 @@ def test_the_figures_go_to_the_benchmarks_doc_only():
     text = (figures.REPO / "docs" / "contributing" / "benchmarks.md").read_text()
     assert text.count(figures.BEGIN) == 1 and text.count(figures.END) == 1
     assert figures.BEGIN not in (figures.REPO / "README.md").read_text()
+
+
+def test_every_target_reads_a_figure_the_headline_has():
+    for target in targets.TARGETS:
+        assert target.figure in figures.FIGURE_BY_LABEL, target
+        assert target.over is None or target.over in figures.FIGURE_BY_LABEL, target
+
+
+@pytest.mark.parametrize("rate, verdict", [(270.0, "yes"), (250.0, "**no**")])
+def test_a_target_is_met_or_missed_by_the_median_of_the_runs_ratios(tmp_path, rate, verdict):
+    """Converge vs kopf must reach 1.3x: with kopf at 200 obj/s, 270 (1.35x) meets it and 250
+    (1.25x) misses it - the verdict is computed from the runs, the median of per-run ratios."""
+    for second in range(3):
+        write_run(tmp_path, second, {"this-project": [rate], "kopf": [200.0]})
+    chosen, _ = headline(tmp_path)
+    row = next(line for line in figures.targets_table(chosen).splitlines()
+               if line.startswith("| converge vs kopf |"))
+    assert row.split(" | ")[1:] == [">= 1.3x", f"{rate / 200:.2f}x", f"{verdict} |"]
+
+
+def test_a_targets_ratio_to_another_size_is_taken_within_each_run(tmp_path):
+    """Throughput at N=10,000 over N=1,000: each run's own pair, then the median."""
+    for second, (small, large) in enumerate([(300.0, 240.0), (200.0, 190.0), (250.0, 230.0)]):
+        runs = [{"impl": "this-project", "rep": 0, "ok": True, "n": 1000,
+                 "objects_per_second": small},
+                {"impl": "this-project", "rep": 0, "ok": True, "n": 10_000,
+                 "objects_per_second": large}]
+        meta = {"run_id": f"2030-01-01T0000{second:02d}Z",
+                "started_at": f"2030-01-01 00:{second:02d} UTC",
+                "plan": {"mode": "full", "n": 1000, "sizes": [1000, 10_000]},
+                "project": {"version": "1.0.0", "engine": ENGINE, "commit": "c" * 40,
+                            "uncommitted": []},
+                "arguments": [], "environment": {}, "durability": DURABLE}
+        results.write({"converge": runs}, meta, tmp_path)
+    chosen, _ = headline(tmp_path)
+    target = next(t for t in targets.TARGETS if t.over)
+    cell = figures.target_cell(chosen, target)
+    assert (cell.median, cell.low, cell.high) == (0.92, 0.8, 0.95)
