@@ -45,6 +45,39 @@ STAGES = [
 ]
 
 
+# Where a process's samples go, each sample counted once: the first group whose needle is in
+# its stack (so the engine's stages before the libraries they call; Celery and kombu last,
+# which leaves them the consumer's receive, acknowledgement and task trace).
+GROUPS = [
+    ("ledger: claim (SQL)", ("claim (reconcilers/_queue/ledger.py",)),
+    ("ledger: finish + history row (SQL)", ("finish (reconcilers/_queue/ledger.py",
+                                            "_finish (reconcilers/_run/runner.py")),
+    ("shared cache read (Redis)", ("read_object (reconcilers/_run/call.py",)),
+    ("reconcile: user code + status PATCH (HTTP)", ("invoke (reconcilers/_run/call.py",)),
+    ("watcher: watch stream read + JSON", ("watch_events (reconcilers/_kube/kube.py",)),
+    ("watcher: event handling + fenced cache write", ("handle (reconcilers/_watch/reflector.py",)),
+    ("watcher: enqueue statement (SQL)", ("enqueue (reconcilers/_queue/ledger.py",)),
+    ("watcher: publish (Celery send_task)", ("send (reconcilers/_queue/workqueue.py",)),
+    ("watcher: journal clear (Redis)", ("_clear (reconcilers/_watch/enqueuer.py",)),
+    ("Celery/kombu: receive, unacked bookkeeping, ack, task trace", ("kombu/", "celery/")),
+]
+
+
+def exclusive(raw: Path) -> tuple[int, collections.Counter]:
+    """``(samples, {group: samples})`` of one process's raw py-spy file (``GROUPS``; the rest
+    is ``other``)."""
+    total, out = 0, collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        label = next((label for label, needles in GROUPS if any(n in stack for n in needles)),
+                     "other")
+        out[label] += int(count)
+    return total, out
+
+
 def ensure_py_spy() -> Path:
     venv = cache_root() / f"py-spy-{PY_SPY.split('==')[1]}"
     exe = venv / "bin" / "py-spy"
@@ -141,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"share of py-spy samples in watcher + worker processes ({total_samples}):")
     for label, _ in STAGES:
         print(f"  {100 * by_stage[label] / max(1, total_samples):5.1f}%  {label}")
+    for p in pids:
+        raw = out / f"{p}.txt"
+        if raw.exists() and ("worker" in names[p] or "watch" in names[p]):
+            t, groups = exclusive(raw)
+            per_unit = cpu[str(p)] * 1000 / work
+            print(f"{names[p][:60]}: {per_unit:.2f} ms per {unit}, each sample counted once:")
+            for label, count in groups.most_common():
+                print(f"  {100 * count / max(1, t):5.1f}%  {per_unit * count / max(1, t):5.2f} ms  "
+                      f"{label}")
     print(f"raw profiles (py-spy 'raw' format, for flamegraph.pl) in {out}")
     return 0
 
