@@ -277,6 +277,15 @@ def test_a_target_is_met_or_missed_by_the_median_of_the_runs_ratios(tmp_path, ra
     assert row.split(" | ")[1:] == [">= 1.3x", f"{rate / 200:.2f}x", f"{verdict} |"]
 
 
+def test_a_ratio_just_short_of_its_target_never_reads_as_on_it(tmp_path):
+    for second in range(3):
+        write_run(tmp_path, second, {"this-project": [259.4], "kopf": [200.0]})  # 1.297x
+    chosen, _ = headline(tmp_path)
+    row = next(line for line in figures.targets_table(chosen).splitlines()
+               if line.startswith("| converge vs kopf |"))
+    assert "| 1.297x | **no** |" in row
+
+
 def test_a_targets_ratio_to_another_size_is_taken_within_each_run(tmp_path):
     """Throughput at N=10,000 over N=1,000: each run's own pair, then the median."""
     for second, (small, large) in enumerate([(300.0, 240.0), (200.0, 190.0), (250.0, 230.0)]):
