@@ -359,17 +359,20 @@ def target_cell(g: Group, target: Target) -> Cell | None:
 
 
 def _against(target: Target, cell: Cell | None, runs: int) -> str:
-    """``show`` for a target: a median rounded onto the target's side of the limit gets more
-    digits, so one just short never reads as on it (0.897x, not 0.90x against 0.9x)."""
+    """``show`` for a target, where rounding may not carry a median onto the target's side
+    of the limit: such a median and its range get more digits (0.897x, not 0.90x against
+    0.9x)."""
     text = show(cell, runs, ratio=target.ratio)
-    if cell is None:
+    if cell is None or target.met(float(text.split(" ")[0].rstrip("x").replace(",", ""))) \
+            == target.met(cell.median):
         return text
-    shown = text.split(" ")[0]
-    for digits in (3, 4):
-        if target.met(float(shown.rstrip("x").replace(",", ""))) == target.met(cell.median):
-            break
-        shown = f"{cell.median:.{digits}f}" + ("x" if target.ratio else "")
-    return shown + text[len(text.split(" ")[0]):]
+    digits = next((d for d in (3, 4, 5) if target.met(round(cell.median, d))
+                   == target.met(cell.median)), 6)
+    unit = "x" if target.ratio else ""
+    out = f"{cell.median:.{digits}f}{unit}"
+    if cell.runs > 1 and cell.low != cell.high:
+        out += f" ({cell.low:.{digits}f}{unit}-{cell.high:.{digits}f}{unit})"
+    return out + (f" [{cell.runs} of {runs} runs]" if cell.runs < runs else "")
 
 
 def targets_table(g: Group) -> str:

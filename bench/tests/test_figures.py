@@ -304,3 +304,11 @@ def test_a_targets_ratio_to_another_size_is_taken_within_each_run(tmp_path):
     target = next(t for t in targets.TARGETS if t.over)
     cell = figures.target_cell(chosen, target)
     assert (cell.median, cell.low, cell.high) == (0.92, 0.8, 0.95)
+
+
+def test_a_value_just_past_its_target_never_reads_as_on_it(tmp_path):
+    """A p50 of 5.004 ms against <= 5 ms would show as 5 (three significant digits)."""
+    target = targets.Target("100 updates/s: event -> reconcile start p50", 5, False)
+    assert figures._against(target, figures.Cell(5.004, 5.001, 5.2, 3), 3) \
+        == "5.004 (5.001-5.200)"
+    assert figures._against(target, figures.Cell(4.2, 4.0, 5.2, 3), 3) == "4.2 (4-5.2)"
