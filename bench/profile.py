@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from . import config, probes
 from .config import cache_root
@@ -63,18 +64,23 @@ GROUPS = [
 ]
 
 
+def _samples(raw: Path) -> Iterator[tuple[str, int]]:
+    """``(stack, count)`` per line of a raw py-spy file."""
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack, int(count)
+
+
 def exclusive(raw: Path) -> tuple[int, collections.Counter]:
     """``(samples, {group: samples})`` of one process's raw py-spy file (``GROUPS``; the rest
     is ``other``)."""
     total, out = 0, collections.Counter()
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        total += int(count)
+    for stack, count in _samples(raw):
+        total += count
         label = next((label for label, needles in GROUPS if any(n in stack for n in needles)),
                      "other")
-        out[label] += int(count)
+        out[label] += count
     return total, out
 
 
@@ -90,14 +96,11 @@ def ensure_py_spy() -> Path:
 
 def stages(raw: Path) -> tuple[int, collections.Counter]:
     total, out = 0, collections.Counter()
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        total += int(count)
+    for stack, count in _samples(raw):
+        total += count
         for label, needle in STAGES:
             if needle in stack:
-                out[label] += int(count)
+                out[label] += count
     return total, out
 
 
